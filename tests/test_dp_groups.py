@@ -221,6 +221,127 @@ def _equal(a, b) -> bool:
     return a[0].keys() == b[0].keys() and all(np.array_equal(a[0][k], b[0][k]) for k in a[0]) and a[1] == b[1]
 
 
+# -- long quiet spans: the group's closed form (DESIGN.md §Data-parallel groups, "Fast paths") -------------------
+@st.composite
+def quiet_fleets(draw):
+    """A group of 2 or 3 ranks whose configs differ in their time model's coefficients (so each rank's
+    decode step grows at its own rate and the slowest rank changes mid-span: the envelope switches), seats
+    and budget (batches of different sizes), memory and block size (block events apart)."""
+    size = draw(st.integers(2, 3))
+    time = draw(st.sampled_from(["ticks", "linear", "roofline"]))
+    policy = draw(st.sampled_from(["vllm", "vllm", "reserve", "orca-oracle"]))
+    caching = draw(st.sampled_from([False, False, True]))
+    cfgs = []
+    for _ in range(size):
+        seqs = draw(st.integers(1, 6))
+        if time == "ticks":
+            clock = {"time_model": "ticks", "iteration_time_ps": draw(st.integers(1, 10**9))}
+        elif time == "linear":
+            # (fixed times near the context's growth over a span: the lines cross within one)
+            clock = {
+                "time_model": "linear", "c0_ps": draw(st.integers(1, 10**9) | st.integers(1, 10**7)),
+                "c_tok_ps": draw(st.integers(0, 10**6)), "c_ctx_ps": draw(st.integers(0, 10**6)),
+            }  # fmt: skip
+        else:
+            clock = {"time_model": "ticks"}  # (then the roofline's coefficients)
+        cfg = kvsim.SimConfig(
+            policy=policy,
+            num_blocks=draw(st.integers(40, 400)),
+            block_size=draw(st.sampled_from([4, 16, 32, 64])),
+            enable_prefix_caching=caching,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=draw(st.sampled_from([64, 512, 2048])),
+            **clock,
+        )
+        if time == "roofline":
+            from kvsim.model.timing import FULL, AttentionClass, RooflineTimeModel
+
+            table = tuple(draw(st.lists(st.integers(0, 10**9), max_size=12)))
+            kv = draw(st.integers(0, 10**6))
+            cfg = cfg.with_roofline(
+                RooflineTimeModel(
+                    fixed_ps=draw(st.integers(0, 10**9) | st.integers(0, 10**7)),
+                    seq_ps=draw(st.integers(0, 10**6)),
+                    tok_ps=draw(st.integers(0, 10**6)),
+                    dense_mem_ps=draw(st.integers(0, 10**8)),
+                    dense_mem_tok_ps=0,
+                    dense_flop_tok_ps=draw(st.integers(0, 10**6)),
+                    moe_mem_ps=table,
+                    moe_flop_tok_ps=draw(st.integers(0, 10**7)) if table else 0,
+                    head_mem_ps=0,
+                    head_flop_seq_ps=0,
+                    attention=(AttentionClass(FULL, 0, kv, kv // 2),),
+                    moe_senders=size,
+                )
+            )
+        cfgs.append(cfg)
+    return cfgs, size
+
+
+@st.composite
+def long_outputs(draw) -> Workload:
+    """A few requests with long outputs (hundreds of decode steps each), most of them far apart."""
+    n = draw(st.integers(1, 9))
+    gaps = draw(st.lists(st.sampled_from([0.0, 0.0, 0.0, 0.001, 0.05, 0.5, 3.0]), min_size=n, max_size=n))
+    prompts = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
+    outputs = draw(st.lists(st.integers(1, 1500), min_size=n, max_size=n))
+    return Workload(arrival=np.cumsum(gaps), prompt_len=prompts, output_len=outputs)
+
+
+@given(
+    w=long_outputs(),
+    fleet=quiet_fleets(),
+    router=st.sampled_from(["round-robin", "least-loaded", "least-kv"]),
+)
+def test_long_quiet_spans_in_groups_equal_the_reference(w, fleet, router):
+    """Every per-request column and every counter of each rank equal the reference's, which steps the group
+    one step at a time, where the Rust groups take their quiet spans whole (ranks in lockstep, dummy ranks
+    beside them, the slowest rank changing within a span)."""
+    cfgs, size = fleet
+    spec = dataclasses.replace(router_spec(cfgs[0]), name=router, dp_group=size)
+    try:
+        inp = prepare(w, cfgs[0])
+    except InvalidArgumentError:
+        assume(False)
+    ref = run(inp, cfgs, spec, "reference")
+    rust = run(inp, cfgs, spec, "rust")
+    if isinstance(ref[0], str) or isinstance(rust[0], str):
+        event("refused")
+        assert ref == rust
+        return
+    (rc, rn), (sc, sn) = ref, rust
+    assert rc.keys() == sc.keys()
+    for k in rc:
+        np.testing.assert_array_equal(rc[k], sc[k], err_msg=k)
+    assert rn == sn
+    assert len({c["makespan_ps"] for c in rn}) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_slowest_rank_changes_within_a_quiet_span(backend):
+    """Two ranks under the linear model, round-robin: rank 0 (3 requests, c0 5 ms, 0.1 ns a context token)
+    and rank 1 (2 requests, c0 1 ms, 10 ns a context token). Rank 0's steps are the slower at first, rank
+    1's from the step where its context passes 400 keys; every step of the group lasts the larger, the
+    group's end the sum of the larger of the two lines step by step, on each rank."""
+    common = {"num_blocks": 400, "block_size": 16, "time_model": "linear", "c_tok_ps": 0, "max_num_seqs": 8}
+    a = kvsim.SimConfig(**common, c0_ps=5 * MS, c_ctx_ps=100)
+    b = kvsim.SimConfig(**common, c0_ps=MS, c_ctx_ps=10**7)
+    w = rows([0, 0, 0, 0, 0], [10, 10, 10, 10, 10], [400, 400, 400, 400, 400])
+    spec = dataclasses.replace(router_spec(a), name="round-robin", dp_group=2)
+    cols, counters = run(prepare(w, a), [a, b], spec, backend)
+    assert list(cols["replica"]) == [0, 1, 0, 1, 0]
+    # The context is the keys computed after the step: step 0 prefills 10 a request (and samples each
+    # first token), step j = 1..399 decodes to 10 + j a request: 3 (10 + j) on rank 0, 2 (10 + j) on rank 1.
+    end = max(5 * MS + 100 * 3 * 10, MS + 10**7 * 2 * 10)
+    lines = [(5 * MS + 100 * 3 * (10 + j), MS + 10**7 * 2 * (10 + j)) for j in range(1, 400)]
+    assert lines[0][0] > lines[0][1]  # (the slower rank changes)
+    assert lines[-1][0] < lines[-1][1]
+    end += sum(max(x) for x in lines)
+    assert list(cols["finish"]) == [end] * 5
+    assert counters[0]["busy_ps"] == counters[1]["busy_ps"] == end
+    assert [c["num_steps"] for c in counters] == [400, 400]
+
+
 # -- what a user asks for, and what is refused -------------------------------------------------------------------
 MOE = {"model": "qwen3-30b-a3b", "gpu": "h100-80gb", "enable_expert_parallel": True}
 

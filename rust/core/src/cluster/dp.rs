@@ -30,6 +30,10 @@ pub struct Groups {
     plans: Vec<(Option<u64>, u64)>,
     /// Each replica's dummy batch time but the experts' term (its config's: computed once, on first use).
     dummy: Vec<Option<u64>>,
+    /// `quiet_span`'s scratch: each rank's line over a quiet span (whether it has work, the step's
+    /// duration at the span's start, its growth a step), and the lines' upper envelope's pieces.
+    lines: Vec<(bool, i128, i128)>,
+    pieces: Vec<(i128, i128, i128, i128)>,
 }
 
 /// Where an idle group at `now` lands for a row arriving at `arrival > now`, with its `wave` and the
@@ -56,6 +60,60 @@ fn landing(now: i64, arrival: i64, wave: Wave, dummy: u64) -> (i64, Wave) {
     (i128::from(arrival).max(tail_end) as i64, ended)
 }
 
+/// The upper envelope of the lines `a + b j` (`(_, a, b)`) over the steps `0..limit`, as pieces `(j0, j1,
+/// a, b)`: over steps `j0..j1` the line `(a, b)` is the largest. Each next piece's line is steeper than the
+/// last (a line that is the largest at j0 and at least as steep as the others stays so), so there are at
+/// most as many pieces as lines.
+fn envelope(lines: &[(bool, i128, i128)], limit: i128, pieces: &mut Vec<(i128, i128, i128, i128)>) {
+    pieces.clear();
+    let mut j0 = 0i128;
+    while j0 < limit {
+        let &(_, a, b) = lines
+            .iter()
+            .max_by_key(|&&(_, a, b)| (a + b * j0, b))
+            .expect("a line");
+        // The first step where a steeper line passes this one: `(a − ao) / (bo − b)` (floored) is at
+        // least j0, this one being the largest there.
+        let end = lines
+            .iter()
+            .filter(|l| l.2 > b)
+            .map(|&(_, ao, bo)| (a - ao).div_euclid(bo - b) + 1)
+            .min()
+            .unwrap_or(limit)
+            .min(limit);
+        pieces.push((j0, end, a, b));
+        j0 = end;
+    }
+}
+
+/// How many of the envelope's steps start before `gap` after the first's start (every one of them, if
+/// all do): the steps a span may take before an arrival at `gap` (it joins the first step starting at
+/// or after it).
+fn steps_before(pieces: &[(i128, i128, i128, i128)], gap: i128) -> i128 {
+    let mut start = 0i128; // where the piece's first step starts
+    let mut span = 0;
+    for &(j0, j1, a, b) in pieces {
+        let first = a + b * j0; // the piece's first step's duration
+        let at = |i: i128| start + first * i + b * (i * (i - 1) / 2); // its i-th step's start
+        let len = j1 - j0;
+        let (mut lo, mut hi) = (0i128, len); // the first i in 0..len starting at or after `gap`
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if at(mid) >= gap {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        span = j0 + lo;
+        if lo < len {
+            break;
+        }
+        start = at(len);
+    }
+    span
+}
+
 impl Groups {
     /// `n` replicas in groups of `size` (`n` a multiple of `size`, checked by the caller).
     pub fn new(n: usize, size: usize) -> Self {
@@ -65,6 +123,8 @@ impl Groups {
             waves: vec![Wave::default(); n / size],
             plans: Vec::with_capacity(size),
             dummy: vec![None; n],
+            lines: Vec::with_capacity(size),
+            pieces: Vec::with_capacity(size),
         }
     }
 
@@ -103,6 +163,9 @@ impl Groups {
             }
             if cancel.load(Ordering::Relaxed) {
                 return Err(KvError::InvalidOperation("interrupted".into()));
+            }
+            if self.quiet_span(g, reps, t, horizon) {
+                continue;
             }
             self.plans.clear();
             let (mut any, mut gathered) = (false, 0u64);
@@ -168,6 +231,100 @@ impl Groups {
         }
     }
 
+    /// Takes group `g`'s quiet steps from its clock `t` together, in closed form, and returns whether it
+    /// took any (at least two): every rank with work is quiet (`Replica::group_quiet`: lockstep, no event,
+    /// nothing waiting or due), the others run dummy batches, and the span ends before the first step
+    /// holding any rank's event, the first starting at or after the next arrival or `horizon`, the next
+    /// recorded time-series step or a ring's length. Over it each rank's batch and the tokens gathered
+    /// are constant (so is each rank's experts' term), rank r's step j lasts `a_r + b_r j` (a dummy
+    /// rank's `b_r` is 0) and the group's the largest: the upper envelope of the ranks' lines, taken
+    /// in pieces (at most one a rank: each next piece's line is steeper), each recorded on every quiet
+    /// rank with its line (`take_quiet_steps`' exact sums). The wave runs on (a rank has work at
+    /// every 32nd step of the span) and counts the span's steps.
+    fn quiet_span(&mut self, g: usize, reps: &mut [Replica], t: i64, horizon: i64) -> bool {
+        let ranks = self.ranks(g);
+        self.lines.clear();
+        let (mut cap, mut gathered, mut bound) = (u64::MAX, 0u64, horizon);
+        for (rep, dummy) in reps[ranks.clone()]
+            .iter()
+            .zip(&mut self.dummy[ranks.clone()])
+        {
+            if let Some((batch, dt0, ddt, c)) = rep.group_quiet() {
+                cap = cap.min(c);
+                gathered = gathered.saturating_add(batch);
+                self.lines.push((true, dt0, ddt));
+            } else if rep.has_work() {
+                return false;
+            } else {
+                gathered = gathered.saturating_add(1); // (a dummy batch's one token)
+                let d = *dummy.get_or_insert_with(|| rep.dummy_time());
+                self.lines.push((false, i128::from(d), 0));
+            }
+            if let Some(a) = rep.next_arrival() {
+                if a <= t {
+                    return false; // (a row joins now: `group_plan`)
+                }
+                bound = bound.min(a);
+            }
+        }
+        if cap == u64::MAX {
+            return false; // no rank with work: the idle group's path
+        }
+        for (line, rep) in self.lines.iter_mut().zip(&reps[ranks.clone()]) {
+            line.1 += i128::from(rep.experts_time(gathered));
+        }
+        // The events first (a few loads a step; the time bound's search below then spans only these
+        // steps): the first step holding any quiet rank's (steps 0 and 1 hold none).
+        let mut span = 2;
+        'scan: while span < cap {
+            for (rep, line) in reps[ranks.clone()].iter().zip(&self.lines) {
+                if line.0 && rep.quiet_event_at(span) {
+                    break 'scan;
+                }
+            }
+            span += 1;
+        }
+        envelope(&self.lines, i128::from(span), &mut self.pieces);
+        let span = steps_before(&self.pieces, i128::from(bound) - i128::from(t));
+        if span < 2 {
+            return false;
+        }
+        // The span's end, within the clock's range (else single steps, which stop at the right one).
+        let mut end = i128::from(t);
+        for &(j0, j1, a, b) in &self.pieces {
+            let len = j1.min(span) - j0;
+            if len <= 0 {
+                break;
+            }
+            let first = a + b * j0;
+            end += first * len + b * (len * (len - 1) / 2);
+        }
+        if end > i128::from(crate::engine::MAX_TIME_PS) {
+            return false;
+        }
+        for &(j0, j1, a, b) in &self.pieces {
+            let len = j1.min(span) - j0;
+            if len <= 0 {
+                break;
+            }
+            let first = a + b * j0;
+            for (rep, line) in reps[ranks.clone()].iter_mut().zip(&self.lines) {
+                if line.0 {
+                    rep.take_group_quiet(len as u64, first, b);
+                }
+            }
+        }
+        for (rep, line) in reps[ranks.clone()].iter_mut().zip(&self.lines) {
+            if !line.0 {
+                rep.group_dummy(end as i64);
+            }
+        }
+        let w = &mut self.waves[g];
+        w.running = true;
+        w.steps += span as u64;
+        true
+    }
+
     /// Every group run to its end (every row pushed joined and done).
     pub fn finish(&mut self, reps: &mut [Replica], cancel: &AtomicBool) -> Result<()> {
         for g in 0..self.len() {
@@ -180,6 +337,39 @@ impl Groups {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The envelope's pieces cover the steps in order, at most one a line, each step's piece's line
+        /// the largest there; `steps_before` counts the steps starting before the gap, summed one at a time.
+        #[test]
+        fn the_envelope_is_the_largest_line_step_by_step(
+            lines in proptest::collection::vec((0i128..2_000, 0i128..40), 1..5),
+            limit in 1i128..120,
+            gap in 1i128..100_000,
+        ) {
+            let lines: Vec<(bool, i128, i128)> = lines.into_iter().map(|(a, b)| (true, a, b)).collect();
+            let mut pieces = Vec::new();
+            envelope(&lines, limit, &mut pieces);
+            proptest::prop_assert!(pieces.len() <= lines.len());
+            proptest::prop_assert_eq!(pieces[0].0, 0);
+            proptest::prop_assert_eq!(pieces.last().unwrap().1, limit);
+            let (mut start, mut want) = (0i128, None);
+            for w in pieces.windows(2) {
+                proptest::prop_assert_eq!(w[0].1, w[1].0);
+                proptest::prop_assert!(w[1].3 > w[0].3);
+            }
+            for j in 0..limit {
+                let largest = lines.iter().map(|&(_, a, b)| a + b * j).max().unwrap();
+                let &(_, _, a, b) = pieces.iter().find(|p| p.0 <= j && j < p.1).unwrap();
+                proptest::prop_assert_eq!(a + b * j, largest);
+                if want.is_none() && start >= gap {
+                    want = Some(j);
+                }
+                start += largest;
+            }
+            proptest::prop_assert_eq!(steps_before(&pieces, gap), want.unwrap_or(limit));
+        }
+    }
 
     #[test]
     fn an_idle_group_lands_on_its_dummy_steps_or_after_its_wave() {

@@ -354,6 +354,22 @@ impl Replica {
         self.engine.group_dummy(t);
     }
 
+    /// The rank's quiet state (`Engine::group_quiet`): its batch, its step j's own time `dt0 + ddt j`
+    /// but the experts' term, the longest span it allows; None: it takes its next step in full.
+    pub fn group_quiet(&self) -> Option<(u64, i128, i128, u64)> {
+        self.engine.group_quiet()
+    }
+
+    /// Whether the rank's `j`-th step from its current one holds an event.
+    pub fn quiet_event_at(&self, j: u64) -> bool {
+        self.engine.quiet_event_at(j)
+    }
+
+    /// `span` quiet steps recorded with the group's durations, step j lasting `dt0 + ddt j`.
+    pub fn take_group_quiet(&mut self, span: u64, dt0: i128, ddt: i128) {
+        self.engine.take_group_quiet(span, dt0, ddt);
+    }
+
     /// A dummy batch's duration under this rank's time model, but the routed experts' term.
     pub fn dummy_time(&self) -> u64 {
         self.engine.dummy_time()

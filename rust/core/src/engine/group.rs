@@ -38,6 +38,8 @@ impl Engine<'_> {
     /// schedule only rejects or preempts (no time passes, as in one engine). Returns the step's own
     /// duration but the routed experts' term (`step_time_apart`: the driver adds `experts_time` of the
     /// ranks' tokens gathered) and its batched tokens, or None when it scheduled nothing (a dummy batch).
+    /// In lockstep mode (lockstep.rs: entered after a full step as one engine enters it) the step is
+    /// `lockstep_step`'s first half, touching only the sequences with an event.
     pub(crate) fn group_plan(&mut self) -> Result<Option<(u64, u64)>> {
         loop {
             self.join_due();
@@ -45,16 +47,30 @@ impl Engine<'_> {
                 return Ok(None);
             }
             let before = (self.num_rejected, self.out.counters.num_preemptions);
-            self.schedule();
-            if self.cancelled() {
-                self.discard();
-                return Err(KvError::InvalidOperation("interrupted".into()));
+            if self.lockstep && self.one_free_block_binds() {
+                self.exit_lockstep(); // (as `lockstep_step`: every sequence walked)
             }
-            if !self.scheduled.is_empty() {
-                if self.log.is_some() {
-                    self.log_schedule(0);
+            if self.lockstep {
+                if let Some((tokens, decoding_keys)) = self.lockstep_schedule::<true>() {
+                    let dt = if matches!(self.cfg.time, TimeModel::Roofline(_)) {
+                        self.lockstep_time_apart(tokens, decoding_keys)
+                    } else {
+                        self.linear_time(tokens, self.agg.c)
+                    };
+                    return Ok(Some((dt, tokens)));
                 }
-                return Ok(Some(self.step_time_apart()));
+            } else {
+                self.schedule();
+                if self.cancelled() {
+                    self.discard();
+                    return Err(KvError::InvalidOperation("interrupted".into()));
+                }
+                if !self.scheduled.is_empty() {
+                    if self.log.is_some() {
+                        self.log_schedule(0);
+                    }
+                    return Ok(Some(self.step_time_apart()));
+                }
             }
             if before == (self.num_rejected, self.out.counters.num_preemptions) {
                 return Err(KvError::Internal(format!(
@@ -66,15 +82,90 @@ impl Engine<'_> {
     }
 
     /// The group step's second half: the step planned by `group_plan` recorded with the group's
-    /// duration `d` (tokens sampled, requests finished at its end).
+    /// duration `d` (tokens sampled, requests finished at its end); after a full step, lockstep is
+    /// entered where one engine would enter it.
     pub(crate) fn group_commit(&mut self, d: u64, tokens: u64) -> Result<()> {
+        if self.lockstep {
+            let (step, batch) = (self.step, self.running.len() as u64);
+            let state = self.aggregate_state();
+            self.record(d, batch, tokens, state);
+            if let Some(msg) = &self.clock_overflow {
+                return Err(KvError::InvalidArgument(msg.clone()));
+            }
+            self.lockstep_finish::<true>(step, false);
+            return Ok(());
+        }
         let m = self.memory_state();
         self.record(d, self.scheduled.len() as u64, tokens, m);
         if let Some(msg) = &self.clock_overflow {
             return Err(KvError::InvalidArgument(msg.clone()));
         }
         self.finish_step();
+        self.maybe_enter_lockstep();
         Ok(())
+    }
+
+    /// A grouped rank's quiet state at its clock (DESIGN.md §Data-parallel groups, "Fast paths"): in
+    /// lockstep, nothing waiting, swapped or due (no row pushed arrives at or before the clock), no swap
+    /// pending, no event in its current step nor the next, and the next step not a recorded time-series
+    /// step. Returns its batch, its step j's own duration `dt0 + ddt j` but the experts' term, and how
+    /// many steps at most a span may hold (a ring's length, the next recorded time-series step); None:
+    /// it takes its next step in full.
+    pub(crate) fn group_quiet(&self) -> Option<(u64, i128, i128, u64)> {
+        if !self.lockstep
+            || self.running.is_empty()
+            || !self.nothing_waits()
+            || !self.swapped.is_empty()
+            || self.swap_blocks_step != 0
+            || self.tier.is_some()
+            || self.next_arrival().is_some_and(|a| a <= self.t)
+            || self.one_free_block_binds()
+        {
+            return None;
+        }
+        let (step, mask) = (self.step, self.ring_mask);
+        let mut cap = mask as u64;
+        if self.ts_every > 0 {
+            cap = cap.min((self.ts_every - step % self.ts_every) % self.ts_every);
+        }
+        if cap < 2 || self.quiet_event_at(0) || self.quiet_event_at(1) {
+            return None;
+        }
+        let (dt0, ddt) = self.quiet_step_lengths_apart();
+        Some((self.running.len() as u64, dt0, ddt, cap))
+    }
+
+    /// Whether the rank's `j`-th step from its current one holds an event (a ring's bucket not empty,
+    /// a stale entry too): a quiet span ends before it.
+    #[inline]
+    pub(crate) fn quiet_event_at(&self, j: u64) -> bool {
+        !self.ring[(self.step + j) as usize & self.ring_mask].is_empty()
+    }
+
+    /// `quiet_step_lengths` but the routed experts' term (the group's driver adds it for the ranks'
+    /// tokens gathered, constant over a span).
+    fn quiet_step_lengths_apart(&self) -> (i128, i128) {
+        let TimeModel::Roofline(r) = &self.cfg.time else {
+            return self.quiet_step_lengths();
+        };
+        let batch = self.running.len() as u64;
+        let dec = r.decode_ps();
+        let keys = u128::from(self.agg.c + batch);
+        let cap = |x: u128| i128::try_from(x.min(u128::from(u64::MAX))).unwrap_or(i128::MAX);
+        (
+            cap(r
+                .base_apart(batch, batch)
+                .saturating_add(dec.saturating_mul(keys))),
+            cap(dec.saturating_mul(u128::from(batch))),
+        )
+    }
+
+    /// `span` quiet steps of the rank's batch recorded with the group's durations, step j lasting
+    /// `dt0 + ddt j` (exact integer sums, `take_quiet_steps`); the caller checked `group_quiet` and
+    /// that no step of the span holds an event or ends past the clock's range.
+    pub(crate) fn take_group_quiet(&mut self, span: u64, dt0: i128, ddt: i128) {
+        let batch = self.running.len() as u64;
+        self.take_quiet_steps(span, batch, dt0, ddt);
     }
 
     /// A dummy batch's duration under the time model: one sequence computing one token over one key

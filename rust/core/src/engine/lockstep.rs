@@ -142,7 +142,7 @@ impl Engine<'_> {
     /// `sync`, `try_grow`, the aggregate correction, sampling and `make_lazy` do there; `Slow` (nothing
     /// changed) leaves the rest to them.
     #[inline]
-    fn fast_event(&mut self, adm: u64, k: usize, step: u64) -> Fast {
+    fn fast_event<const G: bool>(&mut self, adm: u64, k: usize, step: u64) -> Fast {
         let bs = self.cfg.block_size;
         let s = &mut self.slab[k];
         if !(s.lazy && s.adm_no == adm && s.next_event == step) {
@@ -277,7 +277,7 @@ impl Engine<'_> {
         }
     }
 
-    fn exit_lockstep(&mut self) {
+    pub(super) fn exit_lockstep(&mut self) {
         for i in 0..self.running.len() {
             let k = self.running[i];
             if self.slab[k].lazy {
@@ -296,37 +296,15 @@ impl Engine<'_> {
     pub(super) fn lockstep_step(&mut self) -> bool {
         if self.one_free_block_binds() {
             // A sequence without an event could find the pool empty this step: walk them all.
-            // A sequence without an event could find the pool empty this step: walk them all.
             self.exit_lockstep();
             return self.full_step();
         }
-        let step = self.step;
         let marks = self.progress_marks(); // (a tier's only)
-        let before = self.running.len() as u64;
-        self.agg.c += before;
-        self.agg.internal -= before as i64;
-        let preempted = self.lockstep_running_phase(step);
-        let decoding = self.running.len() as u64;
-        self.scheduled.clear();
-        if !preempted && (!self.nothing_waits() || !self.swapped.is_empty()) {
-            self.admit_waiting(self.cfg.max_num_batched_tokens - decoding);
-        }
-        let mut tokens = decoding;
-        let decoding_keys = self.agg.c; // the running sequences' keys, before the admissions join
-        for i in 0..self.scheduled.len() {
-            let (k, n) = self.scheduled[i];
-            tokens += n;
-            let contribution = self.contribution(&self.slab[k]);
-            self.add(contribution, k, 1);
-        }
-        let batch = self.running.len() as u64;
-        if batch == 0 {
-            self.exit_lockstep();
+        let step = self.step;
+        let Some((tokens, decoding_keys)) = self.lockstep_schedule::<false>() else {
             return self.tier.is_some() && self.tier_scheduled_nothing(marks);
-        }
-        if self.log.is_some() {
-            self.log_schedule(decoding as usize);
-        }
+        };
+        let batch = self.running.len() as u64;
         let mut dt = if matches!(self.cfg.time, TimeModel::Roofline(_)) {
             self.lockstep_time(tokens, decoding_keys)
         } else {
@@ -342,7 +320,52 @@ impl Engine<'_> {
         }
         let state = self.aggregate_state();
         self.record(dt, batch, tokens, state);
-        let prefilling = self.lockstep_sample(step);
+        self.lockstep_finish::<false>(step, tier_moves);
+        true
+    }
+
+    /// A lockstep step's first half (the running phase, the admissions, the aggregates): its batched
+    /// tokens and the running sequences' keys before the admissions joined, or None when nothing was
+    /// scheduled (lockstep is left). Shared by `lockstep_step` (`G` false) and a DP rank's `group_plan`
+    /// (`G` true): one copy each, down to `fast_event` (and a closure for `is_sorted`), so that each
+    /// callee has one caller and one engine's step inlines them as before they were shared (shared, they
+    /// were called out of line: +5.9 % to +13.6 % of the single-engine benchmark's instructions,
+    /// results/README.md, "DP groups' fast paths").
+    #[inline]
+    pub(super) fn lockstep_schedule<const G: bool>(&mut self) -> Option<(u64, u64)> {
+        let step = self.step;
+        let before = self.running.len() as u64;
+        self.agg.c += before;
+        self.agg.internal -= before as i64;
+        let preempted = self.lockstep_running_phase::<G>(step);
+        let decoding = self.running.len() as u64;
+        self.scheduled.clear();
+        if !preempted && (!self.nothing_waits() || !self.swapped.is_empty()) {
+            self.admit_waiting(self.cfg.max_num_batched_tokens - decoding);
+        }
+        let mut tokens = decoding;
+        let decoding_keys = self.agg.c; // the running sequences' keys, before the admissions join
+        for i in 0..self.scheduled.len() {
+            let (k, n) = self.scheduled[i];
+            tokens += n;
+            let contribution = self.contribution(&self.slab[k]);
+            self.add(contribution, k, 1);
+        }
+        if self.running.is_empty() {
+            self.exit_lockstep();
+            return None;
+        }
+        if self.log.is_some() {
+            self.log_schedule(decoding as usize);
+        }
+        Some((tokens, decoding_keys))
+    }
+
+    /// A lockstep step's second half, after `record` of step `step`: sampling, and lockstep left where the step leaves
+    /// a sequence prefilling, the tier moving, nothing running or more running than the budget.
+    #[inline]
+    pub(super) fn lockstep_finish<const G: bool>(&mut self, step: u64, tier_moves: bool) {
+        let prefilling = self.lockstep_sample::<G>(step);
         if self.tier.is_some() {
             self.observe();
         }
@@ -353,7 +376,6 @@ impl Engine<'_> {
         {
             self.exit_lockstep();
         }
-        true
     }
 
     /// Takes the *quiet* steps from the current one on together, in closed form, and returns whether it
@@ -480,7 +502,7 @@ impl Engine<'_> {
 
     /// Records `span` quiet steps of `batch` decoding sequences, step j lasting `dt0 + ddt j`: the sums `record`
     /// would make one step at a time, in closed form (exact integers, so equal to the reference's).
-    fn take_quiet_steps(&mut self, span: u64, batch: u64, dt0: i128, ddt: i128) {
+    pub(super) fn take_quiet_steps(&mut self, span: u64, batch: u64, dt0: i128, ddt: i128) {
         let (kk, nn) = (i128::from(span), i128::from(batch));
         let s1 = kk * (kk - 1) / 2; // sum of j
         let s2 = (kk - 1) * kk * (2 * kk - 1) / 6; // sum of j^2
@@ -534,16 +556,17 @@ impl Engine<'_> {
 
     /// The running phase: only sequences with an event at `step` are touched, in admission order; the
     /// others gain their token implicitly. Returns whether anything was preempted.
-    fn lockstep_running_phase(&mut self, step: u64) -> bool {
+    fn lockstep_running_phase<const G: bool>(&mut self, step: u64) -> bool {
         let mask = self.ring_mask;
         let mut bucket = std::mem::take(&mut self.ring[step as usize & mask]);
-        if bucket.len() > 1 && !bucket.is_sorted() {
+        // (a closure, not `is_sorted`: one instance per copy of this function, each inlined)
+        if bucket.len() > 1 && !bucket.windows(2).all(|w| w[0] <= w[1]) {
             bucket.sort_unstable();
         }
         self.touched.clear();
         let mut preempted = false;
         for &(adm, k) in &bucket {
-            match self.fast_event(adm, k, step) {
+            match self.fast_event::<G>(adm, k, step) {
                 Fast::Stale | Fast::Done => continue,
                 Fast::Slow => {}
             }
@@ -655,7 +678,7 @@ impl Engine<'_> {
     /// Sampling after a lockstep step: touched sequences that reached their target (the others sampled
     /// in the running phase), then admitted ones (the scheduled order), finish or go on lazily. Returns
     /// whether an admitted sequence is still prefilling.
-    fn lockstep_sample(&mut self, step: u64) -> bool {
+    fn lockstep_sample<const G: bool>(&mut self, step: u64) -> bool {
         let t = self.t;
         let mut prefilling = false;
         self.done.clear();
@@ -699,7 +722,7 @@ impl Engine<'_> {
         prefilling
     }
 
-    fn aggregate_state(&self) -> MemoryState {
+    pub(super) fn aggregate_state(&self) -> MemoryState {
         let bs = self.cfg.block_size;
         let a = self.agg;
         match &self.mem {

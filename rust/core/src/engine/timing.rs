@@ -36,10 +36,16 @@ impl Roofline {
         u64::try_from(total).unwrap_or(u64::MAX)
     }
 
-    /// The same when every class reads the same keys and pairs (full attention only: lockstep).
-    #[inline]
-    pub(super) fn time_uniform(&self, tokens: u64, seqs: u64, x: &AttnSums) -> u64 {
-        let mut total = self.base(tokens, seqs);
+    /// The same when every class reads the same keys and pairs (full attention only: lockstep); `apart`:
+    /// without the routed experts' term (a rank of a DP group).
+    #[allow(clippy::inline_always)] // (one body, `apart` a constant at each call: measured)
+    #[inline(always)]
+    pub(super) fn time_uniform(&self, tokens: u64, seqs: u64, x: &AttnSums, apart: bool) -> u64 {
+        let mut total = if apart {
+            self.base_apart(tokens, seqs)
+        } else {
+            self.base(tokens, seqs)
+        };
         for a in &self.attention {
             total = total.saturating_add(a.attention_ps(x));
         }
@@ -159,6 +165,18 @@ impl Engine<'_> {
     /// read `xd` keys; the scheduled admissions (`self.scheduled`) add theirs; `tokens` in all. Only
     /// full-attention classes reach lockstep.
     pub(super) fn lockstep_time(&mut self, tokens: u64, xd: u64) -> u64 {
+        self.lockstep_time_of(tokens, xd, false)
+    }
+
+    /// `lockstep_time` but the routed experts' term: a rank of a DP group (`group_plan`), whose
+    /// driver adds it for the ranks' tokens gathered.
+    pub(super) fn lockstep_time_apart(&mut self, tokens: u64, xd: u64) -> u64 {
+        self.lockstep_time_of(tokens, xd, true)
+    }
+
+    #[allow(clippy::inline_always)] // (one body, `apart` a constant at each call: measured)
+    #[inline(always)]
+    fn lockstep_time_of(&mut self, tokens: u64, xd: u64, apart: bool) -> u64 {
         let cfg = self.cfg;
         let TimeModel::Roofline(r) = &cfg.time else {
             unreachable!("ticks and linear take linear_time");
@@ -178,7 +196,7 @@ impl Engine<'_> {
                 x.tp += n;
             }
         }
-        let dt = r.time_uniform(tokens, self.running.len() as u64, &x);
+        let dt = r.time_uniform(tokens, self.running.len() as u64, &x, apart);
         self.with_swap(dt)
     }
 
