@@ -27,14 +27,7 @@ from kvsim.model.models import Model
 from kvsim.model.timing import Efficiencies, RooflineTimeModel, roofline_time_model
 from kvsim.model.units import fmt_count
 
-RATE_PARAMS = (
-    "gemm_memory",
-    "gemm_compute",
-    "attention_memory",
-    "attention_compute",
-    "attention_mixed",
-    "link",
-)
+RATE_PARAMS = Efficiencies.RATES  # (the efficiencies a fit sets, as the time model names them)
 
 
 def predict(f: Family, p: dict[str, float], gpu: Gpu, model: Model) -> np.ndarray:
