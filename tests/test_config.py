@@ -458,6 +458,22 @@ def test_an_unknown_field_is_kvsims_error_with_a_suggestion():
         SimConfig.preset("vllm-v1", num_blocks=100, x=1)
 
 
+def test_a_serve_batch_rule_without_a_gpu_is_accepted_by_the_api():
+    """The CLIs refuse `--batch-rule serve-*` given without a GPU (it does nothing there); `SimConfig` takes
+    it, as it must: the presets before 0.28.0 set `serve-0.9` whatever the pool (a pool in blocks, no GPU),
+    the default rule is itself `serve-0.28`, and `SimConfig(**c.to_dict())` is `c`. Without a GPU the
+    unset limits are 8192 tokens and 256 sequences under every serve rule."""
+    old = SimConfig.preset("vllm-v1", num_blocks=300)
+    assert (old.batch_rule, old.gpu) == ("serve-0.9", None)
+    assert SimConfig(**old.to_dict()) == old
+    assert SimConfig.from_dict(old.describe()) == old
+    for rule in ("serve-0.9", "serve-0.28"):
+        c = SimConfig(num_blocks=300, batch_rule=rule)
+        assert (c.max_num_batched_tokens, c.max_num_seqs) == (8192, 256)
+    v0 = SimConfig(num_blocks=300, batch_rule="v0", max_model_len=4096)
+    assert (v0.max_num_batched_tokens, v0.max_num_seqs) == (4096, 256)
+
+
 # -- data and expert parallelism where kvsim models nothing of them ------------------------------------------------
 @pytest.mark.parametrize(
     ("kw", "match"),

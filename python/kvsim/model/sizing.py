@@ -418,8 +418,8 @@ def size_pool(
             available = budget - m.loaded_bytes - nonkv.total
     if num_blocks is not None:
         if kv_cache_bytes is not None and m is not None and g is not None and layout is not None:
-            # vLLM checks the KV memory given before the override replaces its blocks
-            # (get_kv_cache_configs: the check, then get_num_blocks' override)
+            # (kvsim checks the KV memory given; vLLM 0.33.0's get_kv_cache_configs checks the override's
+            # blocks instead, a departure: DESIGN.md §Defaults and sizing, "vLLM's refusals")
             _check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
         # (vLLM's num_gpu_blocks_override, counted by `null_block`'s rule as a sized pool is: vLLM v1's N
         # blocks hold its null block, v0's N were all usable)
@@ -517,8 +517,9 @@ def size_pool(
 
 def _check_one_request(kv: int, m: Model, layout: KVLayout, context: int, in_flight: int, knob: str) -> None:
     """vLLM's start-up check (`_check_enough_kv_cache_memory`): the KV memory less the null block must hold
-    one request of `max_model_len` tokens; else its refusal, with its numbers and the longest context
-    that fits (its binary search, `estimate_max_model_len`)."""
+    one request of `max_model_len` tokens (vLLM 0.33.0's `get_kv_cache_configs`, `v1/core/kv_cache_planning.py`,
+    passes it `check_memory`, the memory less one pool block); else its refusal, with its numbers and the
+    longest context that fits (its binary search, `estimate_max_model_len`)."""
     bpb = layout.bytes_per_block
     room = kv - bpb
     if room <= 0 or context < 1:
