@@ -208,7 +208,26 @@ def test_kv_cache_memory_bytes_must_hold_one_request(capsys):
     assert ok.pool.figures.max_concurrency >= 1
     with pytest.raises(InvalidArgumentError, match="does not fit one request"):
         kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=least - 1)
-    kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=100)  # (blocks: not checked)
+    # A pool in blocks: run whatever it holds, and vLLM 0.33.0's check of the override's blocks kept (its
+    # blocks less the null block must hold the request's 8,192: 8,193 start, 8,192 are refused).
+    assert kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=8193).pool.vllm_refusal is None
+    blocks = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=8192)
+    assert "estimated maximum model length is 131056" in blocks.pool.vllm_refusal
+    assert (
+        kvsim.SimConfig(model="llama-3.1-8b", num_blocks=8192).pool.vllm_refusal == blocks.pool.vllm_refusal
+    )
+    # vLLM v0 (its N blocks all usable, no null block): the context's 8,192 blocks start, 8,191 hold 131,056 tokens.
+    v0 = kvsim.SimConfig.preset("vllm-v0", model="llama-3.1-8b", num_blocks=8192)
+    assert v0.pool.vllm_refusal is None
+    assert (
+        "is 131056"
+        in kvsim.SimConfig.preset("vllm-v0", model="llama-3.1-8b", num_blocks=8191).pool.vllm_refusal
+    )
+    assert main(["run", "--model", "llama-3.1-8b", "--gpu", "l40s", "--num-gpu-blocks-override", "100",
+                 "--requests", "5"]) == 0  # fmt: skip
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: vLLM refuses")]
+    assert "estimated maximum model length is 1584" in note
+    assert "given in blocks" in note
     argv = ["run", "--model", "llama-3.1-8b", "--gpu", "l40s", "--kv-cache-memory-bytes", "5289181078"]
     assert main([*argv, "--requests", "10"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

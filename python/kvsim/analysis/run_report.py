@@ -41,10 +41,14 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         )
     refusal = cfg.pool.vllm_refusal if cfg.pool is not None else None
     if refusal is not None:
-        # (a pool in bytes without a GPU: kvsim's experiment, run; the vllm: lines stop before the check)
+        # (a pool in bytes without a GPU, or any pool in blocks: kvsim's experiment, run)
+        how = (
+            "kvsim runs a pool given in blocks (--num-gpu-blocks-override) whatever it holds, as an experiment"
+            if cfg.pool.source == "num_blocks"
+            else "kvsim runs it without a GPU as an experiment; with --gpu it refuses it as vLLM does"
+        )
         notes.append(
-            f"vLLM refuses this pool at start-up, so it never serves with the vllm: figures above: {refusal}. "
-            "kvsim runs it without a GPU as an experiment; with --gpu it refuses it as vLLM does"
+            f"vLLM refuses this pool at start-up, so it never serves with the vllm: figures above: {refusal}. {how}"
         )
     peak = s.get("peak_allocated_fraction", 0.0)
     queue = s.get("queueing_s_p99")

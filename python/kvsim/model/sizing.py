@@ -147,8 +147,9 @@ class PoolSizing:
         kv_room_bytes: with a model and a GPU, the most KV cache one GPU holds beside its weights (device
             memory less the weights: a `kv_cache_bytes` above it is refused), else None.
         vllm_refusal: vLLM's start-up refusal of a pool kvsim runs anyway, else None: a `kv_cache_bytes`
-            given with a model but no GPU (kvsim's experiment) that cannot hold one request of
-            `max_model_len` (with a GPU, refused as vLLM refuses it).
+            given with a model but no GPU (kvsim's experiment; with a GPU, refused as vLLM refuses it), or
+            with a model a pool in blocks (`num_blocks`, vLLM's `--num-gpu-blocks-override`, which vLLM
+            0.33.0 checks and kvsim runs), that cannot hold one request of `max_model_len`.
     """
 
     num_blocks: int
@@ -417,10 +418,17 @@ def size_pool(
             budget = math.floor(g.memory_bytes * gpu_memory_utilization)
             available = budget - m.loaded_bytes - nonkv.total
     if num_blocks is not None:
-        if kv_cache_bytes is not None and m is not None and g is not None and layout is not None:
-            # (kvsim checks the KV memory given; vLLM 0.33.0's get_kv_cache_configs checks the override's
-            # blocks instead, a departure: DESIGN.md §Defaults and sizing, "vLLM's refusals")
-            _check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
+        refusal = None
+        if m is not None and layout is not None:
+            # vLLM 0.33.0's get_kv_cache_configs checks the override's blocks (× block bytes, in place of the
+            # memory it replaces, `kv_cache_bytes` too); kvsim runs a pool in blocks whatever it holds (the
+            # paper's and the tests' small pools) and keeps vLLM's refusal for its report (DESIGN.md
+            # §Defaults and sizing, "vLLM's refusals"). v0 (`null_block` "extra") checked its N blocks whole.
+            vllm_bytes = pool_num_blocks(num_blocks, null_block) * layout.bytes_per_block
+            try:
+                _check_one_request(vllm_bytes, m, layout, context, in_flight, "num_blocks")
+            except InvalidArgumentError as exc:
+                refusal = str(exc).split(": ", 1)[1]
         # (vLLM's num_gpu_blocks_override, counted by `null_block`'s rule as a sized pool is: vLLM v1's N
         # blocks hold its null block, v0's N were all usable)
         blocks = pool_num_blocks(num_blocks, null_block)
@@ -436,6 +444,7 @@ def size_pool(
             source="num_blocks",
             figures=figures(num_blocks, available),
             null_block=null_block,
+            vllm_refusal=refusal,
             **common,
         )
     if m is None:
