@@ -247,6 +247,27 @@ def test_kv_cache_memory_bytes_must_hold_one_request(capsys):
     assert "vLLM refuses this pool" not in capsys.readouterr().out
 
 
+def test_the_smallest_num_blocks_on_a_gpu_is_one_vllm_starts():
+    """With a GPU, `--smallest num_blocks` answers an override vLLM 0.33.0 starts with: its blocks less the null
+    block hold one request of max_model_len (16,384 tokens: 1,024 blocks and the null block); smaller values
+    fail without a run."""
+    w = make_workload(*parse_workload("sharegpt"), 40, 0)
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", max_model_len=16384)
+    r = smallest_memory(w, cfg, {"ttft_p99": 1.0}, knob="num_blocks", rate=2.0, workers=2, max_probes=16)
+    assert r.value is not None
+    assert r.value >= 1025
+    assert (
+        kvsim.SimConfig(
+            model="llama-3.1-8b", gpu="l40s", max_model_len=16384, num_blocks=r.value
+        ).pool.vllm_refusal
+        is None
+    )
+    refused = r.probes.filter(pl.col("refused").is_not_null())
+    assert refused.height
+    assert all("does not fit one request" in t for t in refused["refused"])
+    assert all(v < 1025 for v in refused["num_blocks"])
+
+
 def test_the_smallest_kv_cache_bytes_is_one_vllm_starts():
     """`--smallest kv_cache_bytes` answered 4.9 GiB at the default max_model_len, a pool vLLM refuses:
     values below one request fail without a run, refused, and the answer starts."""

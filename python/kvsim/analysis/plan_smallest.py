@@ -211,7 +211,13 @@ def smallest_memory(
     setter = functools.partial(set_knob, knob=knob)
 
     def make(x: float) -> tuple[Any, Any, dict[str, Any]]:
-        return target, setter(config, x), {"rate": r}
+        probe_config = setter(config, x)
+        refusal = probe_config.pool.vllm_refusal if knob == "num_blocks" and config.gpu is not None else None
+        if refusal is not None:
+            # (vLLM 0.33.0 checks an override's blocks at start-up: a pool it refuses does not suffice, as a
+            # kv_cache_bytes below one request is refused by the configuration)
+            raise InvalidArgumentError(f"num_blocks {int(x)}: {refusal}")
+        return target, probe_config, {"rate": r}
 
     return _search(
         search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config, r, False),
