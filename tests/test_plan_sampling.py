@@ -226,3 +226,35 @@ def test_a_loose_precision_with_many_requests_is_clear_and_a_caller_probe_is_not
     assert "SAMPLE" not in plain.message
     assert "95% CI" not in plain.table()
     assert "bound vs CI" not in plain.table()
+
+
+def _interval_probe(workload, config, *, knee: float, spread: float) -> dict:
+    """`ttft_s_p99` = rate / knee, its 95 % interval `spread` times it either way, from 1,000 requests."""
+    p99 = workload_rate(workload) / knee
+    return {"ttft_s_p99": p99, "completed": 1000, "rejected": 0,
+            "quantile_ci": {"ttft_s_p99": [p99 / spread, p99 * spread]}, "quantile_n": {"ttft_s": 1000}}  # fmt: skip
+
+
+def test_a_best_whose_answer_rests_on_the_sample_says_so():
+    """`best_of`: a candidate whose decisive probes hold the bound inside their intervals is `unsure`, and
+    the best line says the order may not hold; narrow intervals leave the line alone."""
+    from kvsim.analysis.plan_compare import Candidate, best_of
+    from kvsim.cli.plan import _best_line
+
+    w = kvsim.workloads.synthetic(60, arrival_rate=2.0, seed=0, lengths="sharegpt-paper", max_model_len=2048)
+    lines = {}
+    for spread in (1.3, 1.0001):
+        candidates = [
+            Candidate("a", {}, functools.partial(_interval_probe, knee=5.0, spread=spread)),
+            Candidate("b", {}, functools.partial(_interval_probe, knee=6.0, spread=spread)),
+        ]
+        out = best_of(w, kvsim.SimConfig(num_blocks=64), {"ttft_p99": 1.0}, candidates, workers=2)
+        assert out.best == "b"
+        lines[spread] = (out.unsure, _best_line(out, 60))
+    unsure, line = lines[1.3]
+    assert unsure == ["a", "b"]
+    assert line.startswith("best: b")
+    assert "the answer of b rests on the sample (THE VERDICTS REST ON THE SAMPLE above)" in line
+    unsure, line = lines[1.0001]
+    assert unsure == []
+    assert "SAMPLE" not in line

@@ -538,6 +538,10 @@ class PlanResult:
             m = -(-m // step) * step
         return m
 
+    def _at(self, x: float) -> str:
+        """A probe's value as the messages name it: `3.4 req/s`, `num_blocks 842`."""
+        return self._fmt(x) if self.axis == "rate" else f"{self.axis} {self._fmt(x)}"
+
     def _told_apart(self) -> tuple[float | None, float | None]:
         """The nearest probes on either side of the answer whose verdicts are clear of their intervals
         (`outside_ci` True): for a rate the highest passing clearly below the lowest failing clearly, and
@@ -564,11 +568,7 @@ class PlanResult:
         for row in self._decisive_rows():
             for slo in unsure_slos(row, self.slos):
                 low, high = interval(row, slo) or (None, None)
-                at = (
-                    self._fmt(row[self.axis])
-                    if self.axis == "rate"
-                    else f"{self.axis} {self._fmt(row[self.axis])}"
-                )
+                at = self._at(row[self.axis])
                 unit = f" {slo.unit}"
                 if low is not None and high is not None:
                     span = f"95 % interval {_end(low, slo)} to {_end(high, slo)}{unit}"
@@ -591,18 +591,20 @@ class PlanResult:
         low_word, high_word = ("passing", "failing") if self.axis == "rate" else ("failing", "passing")
         if lo is not None and hi is not None:
             flo, fhi = self._fmt2(lo, hi)
+            if self.axis != "rate":
+                flo, fhi = f"{self.axis} {flo}", f"{self.axis} {fhi}"
             apart = (
                 f"; the nearest probes clear of their intervals are at {flo} ({low_word}) and {fhi} "
                 f"({high_word}), so at best the sample places the answer between those"
             )
         elif lo is not None:
             apart = (
-                f"; the nearest probe clear of its interval is at {self._fmt(lo)} ({low_word}), and no "
+                f"; the nearest probe clear of its interval is at {self._at(lo)} ({low_word}), and no "
                 f"{high_word} probe is"
             )
         elif hi is not None:
             apart = (
-                f"; the nearest probe clear of its interval is at {self._fmt(hi)} ({high_word}), and no "
+                f"; the nearest probe clear of its interval is at {self._at(hi)} ({high_word}), and no "
                 f"{low_word} probe is"
             )
         else:
