@@ -487,6 +487,56 @@ def test_a_burst_the_run_drains_is_not_overloaded(capsys, tmp_path):
     assert "the workload offers" not in over[0]
 
 
+def test_a_run_too_short_for_a_steady_state_says_so(capsys):
+    """`kvsim run`'s too-short note (DESIGN.md §Capacity search, "Steady state", plan's rule): 300
+    ShareGPT-like requests on OPT-13B at 3 req/s arrive over about 90 s, under 5 times their e2e p99, so
+    the run never held the load the rate keeps in the engine: the note says so with the run's own span,
+    e2e p99 and rate (recomputed here from the request rows) and the requests a steady state needs, 5 times
+    the e2e p99 of arrivals at that rate. 3,000 of them arrive over 15 minutes: no note. A burst (no rate)
+    is said to be a batch; an overloaded run says so in its own note and gets no second one."""
+    import math
+
+    import numpy as np
+
+    from kvsim.analysis.run_report import STEADY_SPANS
+
+    argv = ["run", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "12GiB"]
+    short = _json(capsys, [*argv, "--workload", "sharegpt:arrival_rate=3", "--requests", "300"])
+    (note,) = [n for n in short["notes"] if n.startswith("not a steady state")]
+    from kvsim.workloads.registry import make_workload
+
+    w = make_workload("sharegpt", {"arrival_rate": 3}, 300, 0)  # (the run's: seed 0)
+    r = kvsim.simulate(w, kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes=12 * 2**30))
+    done = r.requests.filter(pl.col("status") == "finished")
+    arrival = done["arrival"].to_numpy()
+    span = float(arrival.max() - arrival.min())
+    e2e = float(np.quantile(done["finish"].to_numpy() - arrival, 0.99))
+    assert e2e == pytest.approx(short["summary"]["e2e_s_p99"])
+    assert span < STEADY_SPANS * e2e
+    rate = (done.height - 1) / span
+    assert (
+        f"the 300 requests that finished arrived over {span:.3g} s, {span / e2e:.2g} times their e2e p99 "
+        f"of {e2e:.3g} s" in note
+    )
+    assert f"their rate, {rate:.3g} requests/s" in note
+    need = math.ceil(STEADY_SPANS * e2e * rate)
+    assert need / rate >= STEADY_SPANS * e2e > (need - 1) / rate  # (arrivals at that rate over 5 e2e p99s)
+    assert f"about {need:,} requests at this rate, or more (--requests)" in note
+    # The text says it too, as a note.
+    assert main([*argv, "--workload", "sharegpt:arrival_rate=3", "--requests", "300"]) == 0
+    assert f"note: {note}" in capsys.readouterr().out.splitlines()
+    long = _json(capsys, [*argv, "--workload", "sharegpt:arrival_rate=3", "--requests", "3000"])
+    assert not any(n.startswith("not a steady state") for n in long["notes"]), long["notes"]
+    assert long["summary"]["e2e_s_p99"] * STEADY_SPANS < 3000 / 3 * 0.9
+    burst = _json(capsys, [*argv, "--workload", "sharegpt:arrivals=all-at-once", "--requests", "50"])
+    (note,) = [n for n in burst["notes"] if n.startswith("not a steady state")]
+    assert "the 50 requests that finished arrived at once, a batch, not a rate" in note
+    ticks = ["run", "--requests", "400", "--num-gpu-blocks-override", "300", "--time-model", "ticks"]
+    heavy = _json(capsys, [*ticks, "--workload", "sharegpt:arrival_rate=400"])
+    assert any(n.startswith("overloaded:") for n in heavy["notes"])
+    assert not any(n.startswith("not a steady state") for n in heavy["notes"])
+
+
 def test_overload_that_waits_for_seats_is_not_memory_bound(capsys):
     """Requests queue for a seat (max_num_seqs) while the pool stays far from full and nothing is
     preempted: swap vs recompute or the block size cannot change this answer, and the run says so."""

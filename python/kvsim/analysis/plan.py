@@ -55,6 +55,7 @@ from kvsim.analysis.plan_search import (
     SLO,
     PlanResult,
     Search,
+    bound_outside_ci,
     check_precision,
     parse_slos,
 )
@@ -133,10 +134,25 @@ def probe_summary(result: Any) -> dict[str, Any]:
     overloaded or when its arrivals lasted less than `run_report.STEADY_SPANS` times its requests' e2e p99
     (`run_report.too_short`: the run ended before its engine filled to the rate's steady load); and
     `arrival_span_s`, the span of its finished requests' arrivals, which the answer's caveat quotes with
-    the summary's `e2e_s_p99` (`PlanResult.steady_caveat`)."""
+    the summary's `e2e_s_p99` (`PlanResult.steady_caveat`); `quantile_ci`, each latency percentile's
+    (`ttft_s_p99`, ...) 95 % interval `[low, high]` from the requests it was taken over
+    (`kvsim.analysis.quantile_ci.quantile_interval`, None for an end too few requests give), and
+    `quantile_n`, how many those were per latency (`ttft_s`, ...: TPOT's are the requests of more than one
+    token a sample)."""
+    from kvsim.analysis.quantile_ci import quantile_interval
     from kvsim.analysis.run_report import queue_growth, too_short, warmup
+    from kvsim.engine.simulate import latency_values
 
     summary = dict(result.summary)
+    # Each latency percentile's 95 % interval from the requests it was taken over (DESIGN.md §Capacity
+    # search, "Sampling"), and how many those were.
+    values = latency_values(result.requests)
+    summary["quantile_n"] = {name: len(v) for name, v in values.items()}
+    summary["quantile_ci"] = {
+        f"{name}_p{round(100 * q)}": list(quantile_interval(v, q))
+        for name, v in values.items()
+        for q in (0.5, 0.9, 0.99)
+    }
     overloaded = queue_growth(result) is not None
     summary["overloaded"] = overloaded
     summary["steady"] = not overloaded and too_short(result) is None
@@ -380,9 +396,8 @@ def _search(
                 # A rejected request is never served: no bound holds for it, whatever those served met
                 # (a pool too small for most of the workload passed on the few it admitted); but those
                 # rejected at every probe whatever the value (`unservable`) are set aside.
-                passed = (summary.get("rejected") or 0) == aside and all(
-                    s.holds(values[s.metric]) for s in slos
-                )
+                rejections_ok = (summary.get("rejected") or 0) == aside
+                passed = rejections_ok and all(s.holds(values[s.metric]) for s in slos)
                 search.outcomes[x] = passed
                 row: dict[str, Any] = {
                     "round": round_no,
@@ -398,6 +413,14 @@ def _search(
                 if summary.get("overloaded") is not None:  # (kvsim's probes: `probe_summary`)
                     row["overloaded"] = bool(summary["overloaded"])
                     row["served_rps"] = summary.get("throughput_rps")
+                ci, counts = summary.get("quantile_ci") or {}, summary.get("quantile_n") or {}
+                for s in slos:  # (a percentile's 95 % interval, kvsim's probes: `probe_summary`)
+                    if s.key in ci and s.key.rsplit("_", 1)[0] in counts:
+                        low, high = ci[s.key]
+                        row[f"{s.metric}_ci_low"] = None if low is None else float(low)
+                        row[f"{s.metric}_ci_high"] = None if high is None else float(high)
+                        row[f"{s.metric}_n"] = int(counts[s.key.rsplit("_", 1)[0]])
+                row["outside_ci"] = bound_outside_ci(row, slos, failed_by_rejection=not rejections_ok)
                 if summary.get("steady") is not None:  # (kvsim's probes: `probe_summary`)
                     row["steady"] = bool(summary["steady"])
                     row["arrival_span_s"] = summary.get("arrival_span_s")

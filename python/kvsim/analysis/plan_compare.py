@@ -41,7 +41,9 @@ class BestOf:
     than one is a tie, which neither the ranking nor the order given decides), `bursts` (the candidates whose answer is a burst,
     `PlanResult.burst`: passed with the queue growing through the run, not a steady state), `unsteady`
     (the candidates whose answer is not a steady state, `PlanResult.steady` False: the bursts and those
-    whose run was too short to reach one, whose rates are overstated but still rates), `decided`
+    whose run was too short to reach one, whose rates are overstated but still rates), `unsure` (the
+    candidates whose answer's verdicts rest on their sample, `PlanResult.outside_ci` False: a bound
+    inside the 95 % interval of a decisive probe's percentile), `decided`
     (`best` unless tied or a burst), every searched candidate's `PlanResult` in `plans`, and the
     candidates whose configuration is refused (a tensor-parallel size vLLM cannot split the model over)
     with the reason in `refused` (status `refused` in the table, no rate, no plan)."""
@@ -54,6 +56,7 @@ class BestOf:
     served_best: str | None = None
     bursts: list[str] = field(default_factory=list)
     unsteady: list[str] = field(default_factory=list)
+    unsure: list[str] = field(default_factory=list)
 
     @property
     def decided(self) -> str | None:
@@ -168,7 +171,8 @@ def best_of(
     served_best = best if best is not None else (served["candidate"][0] if served.height else None)
     bursts = [c for c in labels if c in plans and plans[c].burst]
     unsteady = [c for c in labels if c in plans and plans[c].steady is False]
-    return BestOf(table, best, plans, refused, tied, served_best, bursts, unsteady)
+    unsure = [c for c in labels if c in plans and plans[c].outside_ci is False]
+    return BestOf(table, best, plans, refused, tied, served_best, bursts, unsteady, unsure)
 
 
 def _reaches(result: PlanResult, top: float) -> bool:

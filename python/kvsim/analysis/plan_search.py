@@ -283,6 +283,77 @@ class Search:
         return xs, None
 
 
+# ------------------------------------------------------------------------------------------ sampling
+
+
+def quantile_of(slo: SLO) -> float | None:
+    """The quantile a percentile SLO bounds (`ttft_p99`: 0.99), None for a mean or a fraction."""
+    stat = slo.metric.rsplit("_", 1)[-1]
+    return {"p50": 0.5, "p90": 0.9, "p99": 0.99}.get(stat) if slo.upper else None
+
+
+def interval(row: Mapping[str, Any], slo: SLO) -> tuple[float | None, float | None] | None:
+    """A probe's 95 % interval of `slo`'s percentile (the row's `{metric}_ci_low`, `_ci_high`; None for
+    an end too few requests give), None without one (a caller's probe, a mean or a fraction)."""
+    if row.get(f"{slo.metric}_n") is None or row.get(slo.metric) is None:
+        return None
+    return row.get(f"{slo.metric}_ci_low"), row.get(f"{slo.metric}_ci_high")
+
+
+def _surely(row: Mapping[str, Any], slo: SLO, passes: bool) -> bool:
+    """Whether the whole interval of `slo`'s percentile lies on the bound's passing side (at or below it)
+    or, `passes` False, on its failing side (above it)."""
+    iv = interval(row, slo)
+    if iv is None:
+        return False
+    low, high = iv
+    return high is not None and high <= slo.bound if passes else low is not None and low > slo.bound
+
+
+def unsure_slos(row: Mapping[str, Any], slos: Sequence[SLO]) -> list[SLO]:
+    """The percentile SLOs on which a probe's verdict rests on its sample when it does (`outside_ci` False,
+    `bound_outside_ci`): for a pass those whose interval reaches above the bound, for a fail the failed ones
+    whose interval reaches down to it; empty otherwise."""
+    if row.get("outside_ci") is not False:
+        return []
+    if row.get("passed"):
+        return [s for s in slos if interval(row, s) is not None and not _surely(row, s, True)]
+    return [s for s in slos if not s.holds(row.get(s.metric)) and interval(row, s) is not None]
+
+
+def bound_outside_ci(
+    row: Mapping[str, Any], slos: Sequence[SLO], failed_by_rejection: bool = False
+) -> bool | None:
+    """Whether a probe's verdict is statistically clear (DESIGN.md §Capacity search, "Sampling"): the
+    percentile SLOs' bounds outside the 95 % intervals of their percentiles from the probe's requests (the
+    order statistics' interval, `kvsim.analysis.quantile_ci`), on the verdict's side. A pass is clear
+    when every percentile SLO's interval lies at or below its bound (a mean or a fraction SLO is not
+    judged); a fail when some failed percentile's interval lies wholly above its bound. None where no
+    percentile decides it: no interval (a caller's probe; mean or fraction SLOs only), a fail for
+    rejecting requests, or a fail a mean or a fraction may settle (one of those failed, and no
+    percentile failed clearly)."""
+    if failed_by_rejection:
+        return None
+    if row.get("passed"):
+        judged = [s for s in slos if interval(row, s) is not None]
+        return None if not judged else all(_surely(row, s, True) for s in judged)
+    failed = [s for s in slos if not s.holds(row.get(s.metric))]
+    if any(_surely(row, s, False) for s in failed):
+        return True
+    if not failed or any(interval(row, s) is None for s in failed):
+        return None
+    return False
+
+
+def _end(x: float, slo: SLO) -> str:
+    """An interval's end as the message gives it: 4 digits, more where those read as `slo`'s bound (an
+    end of 1.99996 beside a bound of 2 s is not "2")."""
+    for digits in (4, 6, 8):
+        if f"{x:.{digits}g}" != f"{slo.bound:.{digits}g}" or x == slo.bound:
+            return f"{x:.{digits}g}"
+    return repr(x)
+
+
 # ------------------------------------------------------------------------------------------- result
 
 
@@ -419,6 +490,147 @@ class PlanResult:
             "holds fewer of them than the rate keeps in it, so TTFT and TPOT were measured on a lighter "
             "engine and the answer can overstate what is sustained; more requests (--requests) make the "
             "runs long enough"
+        )
+
+    def _decisive_rows(self) -> list[dict[str, Any]]:
+        """The probes the answer rests on: the bracket's two ends (the passing one and the failing one
+        next to it), those that exist."""
+        if self.axis not in self.probes.columns:
+            return []
+        out = []
+        for x in self.bracket:
+            if x is not None:
+                rows = self.probes.filter(pl.col(self.axis) == x)
+                if rows.height:
+                    out.append(rows.row(0, named=True))
+        return out
+
+    @property
+    def outside_ci(self) -> bool | None:
+        """Whether the answer's decisive probes (the bracket's ends) gave verdicts whose bounds lie outside
+        the 95 % intervals of their percentiles (the probes' `outside_ci`, `bound_outside_ci`; DESIGN.md
+        §Capacity search, "Sampling"): False when some verdict rests on its sample, an SLO's bound inside
+        the interval, so that another sample of as many requests could reverse it and move the answer;
+        None when no decisive probe's verdict is a percentile's (a caller's probe, mean or fraction SLOs)
+        or there is none. True is no proof of a settled answer: the interval takes the requests as
+        independent draws, and so is a floor on the uncertainty."""
+        flags = [r.get("outside_ci") for r in self._decisive_rows()]
+        if any(f is False for f in flags):
+            return False
+        return True if any(f is True for f in flags) else None
+
+    def _settling_requests(self, row: Mapping[str, Any], slo: SLO) -> int | None:
+        """About how many requests would make `row`'s verdict on `slo` clear
+        (`quantile_ci.requests_to_settle`, over the percentile's sample, scaled to the probe's finished
+        requests where the sample is fewer: TPOT's)."""
+        from kvsim.analysis.quantile_ci import requests_to_settle
+
+        n, p = row[f"{slo.metric}_n"], quantile_of(slo)
+        if not n or p is None:
+            return None
+        low, high = interval(row, slo) or (None, None)
+        m = requests_to_settle(n, row[slo.metric], low, high, slo.bound, p=p)
+        done = row.get("completed")
+        if m is not None and isinstance(done, int) and done > n:
+            m = math.ceil(m * done / n)
+        if m is not None:  # (an estimate: two significant digits, rounded up)
+            step = 10 ** max(len(str(m)) - 2, 0)
+            m = -(-m // step) * step
+        return m
+
+    def _at(self, x: float) -> str:
+        """A probe's value as the messages name it: `3.4 req/s`, `num_blocks 842`."""
+        return self._fmt(x) if self.axis == "rate" else f"{self.axis} {self._fmt(x)}"
+
+    def _told_apart(self) -> tuple[float | None, float | None]:
+        """The nearest probes on either side of the answer whose verdicts are clear of their intervals
+        (`outside_ci` True): for a rate the highest passing clearly below the lowest failing clearly, and
+        that one; for the other axes the highest failing clearly and the lowest passing clearly above it.
+        Between them the sample does not tell the answer apart (each end None where no probe is clear)."""
+        if "outside_ci" not in self.probes.columns:
+            return None, None
+        rows = [r for r in self.probes.iter_rows(named=True) if r.get("outside_ci") is True]
+        low_like = [float(r[self.axis]) for r in rows if bool(r["passed"]) == (self.axis == "rate")]
+        high_like = [float(r[self.axis]) for r in rows if bool(r["passed"]) != (self.axis == "rate")]
+        hi = min(high_like, default=None)
+        lo = max((x for x in low_like if hi is None or x < hi), default=None)
+        return lo, hi
+
+    def sample_caveat(self) -> str:
+        """Which of the answer's decisive verdicts rest on their sample, an SLO's bound inside the 95 %
+        interval of its percentile; between which probes the sample tells the answer apart; and about how
+        many requests would put the bounds outside the intervals, in a sentence (empty when `outside_ci`
+        is not False)."""
+        if self.outside_ci is not False:
+            return ""
+        parts, needs = [], []
+        n_shown = None
+        for row in self._decisive_rows():
+            for slo in unsure_slos(row, self.slos):
+                low, high = interval(row, slo) or (None, None)
+                at = self._at(row[self.axis])
+                unit = f" {slo.unit}"
+                if low is not None and high is not None:
+                    span = f"95 % interval {_end(low, slo)} to {_end(high, slo)}{unit}"
+                elif low is not None:
+                    span = f"95 % interval above {_end(low, slo)}{unit}, too few requests for an upper end"
+                elif high is not None:
+                    span = f"95 % interval below {_end(high, slo)}{unit}, too few requests for a lower end"
+                else:
+                    span = "no 95 % interval: too few requests"
+                n = row[f"{slo.metric}_n"]
+                source = "" if n == n_shown else f" from {fmt_count(n, 'request')}"
+                n_shown = n
+                parts.append(
+                    f"{at} {'passes' if row['passed'] else 'fails'} {slo.label()} with "
+                    f"{row[slo.metric]:.4g}{unit}{source} ({span})"
+                )
+                needs.append(self._settling_requests(row, slo))
+        one = len(parts) == 1
+        lo, hi = self._told_apart()
+        low_word, high_word = ("passing", "failing") if self.axis == "rate" else ("failing", "passing")
+        if lo is not None and hi is not None:
+            flo, fhi = self._fmt2(lo, hi)
+            if self.axis != "rate":
+                flo, fhi = f"{self.axis} {flo}", f"{self.axis} {fhi}"
+            apart = (
+                f"; the nearest probes clear of their intervals are at {flo} ({low_word}) and {fhi} "
+                f"({high_word}), so at best the sample places the answer between those"
+            )
+        elif lo is not None:
+            apart = (
+                f"; the nearest probe clear of its interval is at {self._at(lo)} ({low_word}), and no "
+                f"{high_word} probe is"
+            )
+        elif hi is not None:
+            apart = (
+                f"; the nearest probe clear of its interval is at {self._at(hi)} ({high_word}), and no "
+                f"{low_word} probe is"
+            )
+        else:
+            apart = "; no probe's verdict is clear of its interval"
+        known = [m for m in needs if m is not None]
+        if not known:
+            need = "no number of requests puts a bound outside an interval around a percentile equal to it"
+        else:
+            need = (
+                f"about {fmt_count(max(known), 'request')} or more would put "
+                f"{'the bound' if one else 'the bounds'} outside {'it' if one else 'them'} (--requests; "
+                "estimated with each percentile staying where it is and its interval narrowing as 1/√n"
+                + (
+                    ", but a percentile equal to its bound is settled by none)"
+                    if len(known) < len(needs)
+                    else ")"
+                )
+            )
+        return (
+            f"THE {'VERDICT RESTS' if one else 'VERDICTS REST'} ON THE SAMPLE: {'; '.join(parts)}: "
+            f"{'the bound lies' if one else 'each bound lies'} inside the order statistics' "
+            f"distribution-free interval of {'its' if one else 'the'} percentile, so another sample of as "
+            f"many requests could reverse {'this verdict' if one else 'these verdicts'}{apart}. That "
+            "interval takes the requests as independent draws, which requests sharing an engine are not "
+            "(near a knee a p99 spreads several times wider over workload seeds): it is a floor on the "
+            f"uncertainty, and {need}"
         )
 
     @property
@@ -593,6 +805,8 @@ class PlanResult:
             self.status != "above-cap" or self.axis != "rate"
         ):  # (above-cap says it)
             what += f". {self.steady_caveat()}"
+        if self.outside_ci is False:
+            what += f". {self.sample_caveat()}"
         if self.violations:
             pairs = [self._fmt2(a, b) for a, b in self.violations[:3]]
             shown = ", ".join(f"{a} {'fails' if self.axis == 'rate' else 'passes'} but "
@@ -610,16 +824,38 @@ class PlanResult:
         cols = ["round", self.axis, "passed", *[s.metric for s in self.slos]]
         if self.axis != "rate" and "rate" in self.probes.columns:
             cols.append("rate")
+        # (each percentile SLO's 95 % interval, from kvsim's probes)
+        cis = [s for s in self.slos if f"{s.metric}_n" in self.probes.columns]
+        at = cols.index("passed") + 1 + len(self.slos)
+        ci_cols = {f"{s.metric} 95% CI": s for s in cis}
+        cols[at:at] = list(ci_cols)
         cols += [c for c in ("completed", "rejected") if c in self.probes.columns]
+        if "outside_ci" in self.probes.columns and False in self.probes["outside_ci"].to_list():
+            cols.append("bound vs CI")  # (the probes whose verdict rests on the sample, and on which SLO)
         if any(_steady(r) is False for r in self.probes.iter_rows(named=True)):
             cols.append("steady")  # (the probes that ran no steady state, and why; shown when any did)
         units = {s.metric: "" if s.unit == "fraction" else f" ({s.unit})" for s in self.slos}
+        units.update({c: f" ({s.unit})" for c, s in ci_cols.items()})
         rows = [[c + units.get(c, "") for c in cols]]
         for r in self.probes.sort(self.axis).iter_rows(named=True):
             out = []
             for c in cols:
                 v = r.get(c)
-                if c == "passed":
+                if c in ci_cols:
+                    low, high = interval(r, ci_cols[c]) or (None, None)
+                    if interval(r, ci_cols[c]) is None:
+                        out.append("-")
+                    else:
+                        out.append(
+                            ("(-∞" if low is None else f"[{_end(low, ci_cols[c])}")
+                            + ","
+                            + ("∞)" if high is None else f"{_end(high, ci_cols[c])}]")
+                        )
+                elif c == "bound vs CI":
+                    flag = r.get("outside_ci")
+                    unsure = "+".join(s.metric for s in unsure_slos(r, self.slos))
+                    out.append("-" if flag is None else "outside" if flag else f"INSIDE:{unsure}")
+                elif c == "passed":
                     out.append("pass" if v else "FAIL")
                 elif c == "steady":
                     state = _steady(r)
@@ -649,6 +885,7 @@ class PlanResult:
             "monotone": self.monotone,
             "burst": self.burst,
             "steady": self.steady,
+            "outside_ci": self.outside_ci,
             "violations": [list(v) for v in self.violations],
             "slos": [
                 {"metric": s.metric, "bound": s.bound, "unit": s.unit, "upper": s.upper} for s in self.slos
@@ -680,6 +917,10 @@ __all__ = [
     "STATUSES",
     "PlanResult",
     "Search",
+    "bound_outside_ci",
     "check_precision",
+    "interval",
     "parse_slos",
+    "quantile_of",
+    "unsure_slos",
 ]

@@ -119,6 +119,9 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
             "--requests, not a steady state; lower the rate (--time-scale, --request-rate) or find the "
             "highest rate that meets an SLO with kvsim plan"
         )
+    short = too_short(result) if growth is None else None  # (an overloaded run's note says it is not one)
+    if short is not None:
+        notes.append(too_short_note(s["completed"], *short))
     if s["rejected"]:
         reasons = result.requests["reject_reason"].drop_nulls().value_counts(sort=True)
         why = "; ".join(f"{reason}: {n:,}" for reason, n in reasons.iter_rows())
@@ -338,6 +341,30 @@ def too_short(result: Any) -> tuple[float, float, float] | None:
     if span >= STEADY_SPANS * e2e:
         return None
     return span, e2e, (n - 1) / span if span > 0 else math.inf
+
+
+def too_short_note(finished: int, span: float, e2e: float, rate: float) -> str:
+    """`kvsim run`'s note on a run too short to reach a steady state (`too_short`'s figures; DESIGN.md
+    §Capacity search, "Steady state"): how long the finished requests arrived over against their e2e p99,
+    why that is no steady state, and the requests one needs at this rate, `STEADY_SPANS` times the e2e p99
+    of arrivals (a floor: the e2e p99 grows as a longer run fills the engine). A batch, every request
+    arriving at once, has no rate to sustain: it says so instead."""
+    done = fmt_count(finished, "request")
+    if span <= 0:
+        return (
+            f"not a steady state: the {done} that finished arrived at once, a batch, not a rate; its latencies "
+            "are the batch's as it drains, not those of a rate the engine sustains (arrivals at a rate measure "
+            "those: --workload NAME:arrival_rate=R)"
+        )
+    need = math.ceil(STEADY_SPANS * e2e * rate)
+    return (
+        f"not a steady state: the {done} that finished arrived over {span:.3g} s, {span / e2e:.2g} times "
+        f"their e2e p99 of {e2e:.3g} s, and a run starts empty: until its arrivals have lasted about its "
+        "requests' longest latencies the engine holds fewer of them than the rate keeps in it, so the "
+        "latencies, batch and memory above were measured on a lighter engine than their rate, "
+        f"{rate:.3g} requests/s, keeps in a steady state; one needs arrivals over {STEADY_SPANS:g} times the e2e p99: about "
+        f"{fmt_count(need, 'request')} at this rate, or more (--requests)"
+    )
 
 
 _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (

@@ -350,6 +350,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 "tied": ranking.tied,
                 "bursts": ranking.bursts,
                 "unsteady": ranking.unsteady,
+                "unsure": ranking.unsure,
                 "candidates": ranking.table.to_dicts(),
                 "plans": {k: v.to_dict() for k, v in ranking.plans.items()},
                 "refused": ranking.refused,
@@ -681,6 +682,15 @@ def _best_line(ranking: Any, total: int) -> str:
             f"{'come' if len(short) > 1 else 'comes'} from runs too short to reach a steady state (NOT A "
             "STEADY STATE above), so the rate may be overstated; more requests (--requests) tell whether the "
             "order holds"
+        )
+    # (only where the order rests on rates: another candidate setting aside as many requests has one; a
+    # tie says already that the searches cannot order them)
+    rivals = t.filter((t["set_aside"] == top["set_aside"]) & t["rate"].is_not_null())
+    if ranking.best in ranking.unsure and not bursts and len(ranking.tied) <= 1 and rivals.height > 1:
+        line += (
+            f"; the answer of {ranking.best} rests on the sample (THE VERDICTS REST ON THE SAMPLE above), "
+            "so another sample of as many requests may order the candidates otherwise; more requests "
+            "(--requests) tell whether the order holds"
         )
     if len(asides) > 1:
         below = [

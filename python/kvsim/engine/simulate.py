@@ -289,6 +289,30 @@ _LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queueing_s")
 _QS = (0.5, 0.9, 0.99)
 
 
+def _latencies(col: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each latency of `_LATENCIES` over the finished requests' columns `col`, in seconds, NaNs dropped: the
+    values the summary's percentiles and means are taken over (TPOT over requests of more than one token
+    a sample)."""
+    per_sample = col["output_len"] / col["num_samples"]
+    multi = col["output_len"] > col["num_samples"]
+    values = {
+        "ttft_s": col["first_token"] - col["arrival"],
+        "tpot_s": (col["finish"] - col["first_token"])[multi] / (per_sample[multi] - 1),
+        "e2e_s": col["finish"] - col["arrival"],
+        "queueing_s": col["first_scheduled"] - col["arrival"],
+    }
+    return {name: v[~np.isnan(v)] for name, v in values.items()}
+
+
+def latency_values(requests: pl.DataFrame) -> dict[str, np.ndarray]:
+    """The per-request values behind the summary's latency percentiles (`ttft_s`, `tpot_s`, `e2e_s`,
+    `queueing_s`, seconds, over the finished requests of a request frame): `ttft_s_p99` is the linear 0.99
+    quantile of `latency_values(r.requests)["ttft_s"]`."""
+    finished = requests.filter(pl.col("status") == "finished")
+    names = ("arrival", "first_scheduled", "first_token", "finish", "output_len", "num_samples")
+    return _latencies({name: finished[name].to_numpy() for name in names})
+
+
 class RowStats:
     """The summary's row-derived metrics, fed request rows in order (all at once or chunk by chunk: the
     same numbers either way, `kvsim.engine.exact`).
@@ -314,20 +338,11 @@ class RowStats:
         self.num_requests += requests.height
         self.completed += int(finished.sum())
         self.output_tokens += int(col["output_len"].sum())
-        e2e = col["finish"] - col["arrival"]
-        per_sample = col["output_len"] / col["num_samples"]
-        multi = col["output_len"] > col["num_samples"]
-        values = {
-            "ttft_s": col["first_token"] - col["arrival"],
-            "tpot_s": (col["finish"] - col["first_token"])[multi] / (per_sample[multi] - 1),
-            "e2e_s": e2e,
-            "queueing_s": col["first_scheduled"] - col["arrival"],
-        }
-        for name, v in values.items():
-            v = v[~np.isnan(v)]
+        for name, v in _latencies(col).items():
             self.means[name].add(v)
             self.quantiles[name].add(v)
-        self.means["normalized"].add(e2e / per_sample)
+        e2e = col["finish"] - col["arrival"]
+        self.means["normalized"].add(e2e / (col["output_len"] / col["num_samples"]))
 
     def result(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -474,6 +489,7 @@ __all__ = [
     "RowStats",
     "SimResult",
     "check_one_replica",
+    "latency_values",
     "request_rows",
     "simulate",
     "summarize",
