@@ -167,3 +167,49 @@ def test_both_engines_agree_on_a_sequence_parallel_group():
     for k in ref[0]:
         np.testing.assert_array_equal(ref[0][k], rust[0][k], err_msg=k)
     assert ref[1] == rust[1]
+
+
+def test_nemotron_h_counts_only_its_e_blocks_as_moe_layers():
+    """Nemotron-3-Nano's 52 blocks are one mixer each by their letter (vLLM 0.33.0's `nemotron_h.py`
+    ALL_DECODER_LAYER_TYPES): 23 `E` (MoE), 23 `M` (Mamba), 6 `*` (attention). At tp 2, dp 2, EP on H200
+    (hidden 2,688) the EP gather and scatter run over the 23 MoE layers, 3/2 hidden states each way per own
+    token, 3 ring steps each; the elementwise values: 52 layers' 6·h norms and residuals, the 29 layers
+    with projections (Mamba and attention, 2·(q + kv) + 2·kv at q = 32·128/2, kv = 1·128), 2·h, and the 23
+    MoE layers' 3 · 6 experts × 1,856 × dp / (tp·dp) activations; no dense MLP block (`-`)."""
+    from kvsim.model.timing import _moe_layer_flags
+
+    m = kvsim.models.get("nemotron-3-nano-30b-a3b")
+    pattern = m.config_fields["hybrid_override_pattern"]
+    assert _moe_layer_flags(m) == tuple(c == "E" for c in pattern)
+    assert sum(_moe_layer_flags(m)) == 23
+    t = _terms("nemotron-3-nano-30b-a3b", "h200", 2, 2, True)
+    h = 2688 * 2
+    assert t["ep_gather_scatter_tok"] == pytest.approx(2 * 23 * 3 / 2 * h / NVLINK * PS)  # 824,320 ps
+    assert t["ep_gather_scatter"] == 2 * 23 * 3 * HOP
+    elem = 52 * 6 * 2688 + 29 * (2 * (2048 + 128) + 2 * 128) + 2 * 2688 + 23 * 3 * (6 * 1856 * 2 // 4)
+    assert elem == 1_361_856
+    assert t["elementwise_tok"] == pytest.approx(elem * 2 / 4.8e12 * PS)  # (H200's 4.8 TB/s)
+
+
+def test_nemotron_h_dense_mlp_is_its_dash_blocks_only():
+    """Nemotron-H-8B (dense; 52 blocks, 24 of them `-` MLPs of 21,504, 24 Mamba, 4 attention): only the `-`
+    blocks carry an MLP's elementwise values (3 · its width, at tp 1), not all 52; the 24 Mamba and 4
+    attention blocks carry their projections' (2·(q + kv) + 2·kv), every block its 6·h."""
+    from pathlib import Path
+
+    from kvsim.model.timing import _dense_mlp_layer_count
+
+    m = kvsim.models.resolve(str(Path(__file__).parent / "data" / "hf" / "nemotron-h-8b.json"))
+    assert _dense_mlp_layer_count(m) == 24
+    one = _terms_of(m, "h100-80gb")
+    h, L, ffn = m.hidden_size, 52, 21504
+    attn_L = L - sum(lay.kind == "none" for lay in m.layer_list())
+    assert attn_L == 28  # (24 Mamba + 4 attention blocks carry projections)
+    q, kv = m.num_attention_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    elem = L * 6 * h + attn_L * (2 * (q + kv) + 2 * kv) + 24 * 3 * ffn + 2 * h
+    assert one["elementwise_tok"] == pytest.approx(elem * 2 / kvsim.gpus.get("h100-80gb").hbm_bandwidth * PS)
+
+
+def _terms_of(model: object, gpu: str) -> dict[str, float]:
+    rt = roofline_time_model(model, kvsim.gpus.get(gpu))  # type: ignore[arg-type]
+    return {t.name: t.ps for t in rt.terms}

@@ -173,7 +173,7 @@ def roofline_time_model(
     dense_flop_tok += 2 * loose.gemm_params / (_flops(gpu, "bf16") * eff.gemm_compute)
     # Activations in and out of each matrix, per token.
     moe_layers = _moe_layer_count(model)
-    dense_layers = L - moe_layers
+    dense_layers = _dense_mlp_layer_count(model)
     q_width = model.num_attention_heads * model.head_dim // tp
     kv_width = max(1, model.num_kv_heads // tp) * model.head_dim
     mlp_width = model.intermediate_size // tp
@@ -686,12 +686,19 @@ def mla_context_seconds(
 
 
 def _moe_layer_flags(model: Model) -> tuple[bool, ...]:
-    """Whether each decoder layer holds routed experts (all False for a dense model)."""
+    """Whether each decoder layer holds routed experts (all False for a dense model). Nemotron-H's blocks are
+    one mixer each by their letter (`hf_layers.nemotron_h_pattern`): only an `E` block is a MoE layer (vLLM
+    0.33.0's `model_executor/models/nemotron_h.py` L548-553 `ALL_DECODER_LAYER_TYPES`, `E` the
+    `NemotronHMoEDecoderLayer` L334), its `M` (Mamba), `*` (attention) and `-` (MLP) blocks none."""
     if not model.num_experts:
         return (False,) * model.num_layers
+    cfg = model.config_fields  # (empty for the 2024 presets)
+    if model.model_type == "nemotron_h":
+        from kvsim.model.hf_layers import nemotron_h_pattern
+
+        return tuple(c == "E" for c in nemotron_h_pattern(cfg, model.num_layers, model.name))
     from kvsim.model.params import _layer_flags
 
-    cfg = model.config_fields  # (empty for the 2024 presets)
     return tuple(
         bool(f) for f in _layer_flags(cfg, model.num_layers, model.num_experts, checked_pick(cfg), model.name)
     )
@@ -699,12 +706,18 @@ def _moe_layer_flags(model: Model) -> tuple[bool, ...]:
 
 def _moe_layer_count(model: Model) -> int:
     """Decoder layers holding routed experts."""
-    if not model.num_experts:
-        return 0
-    from kvsim.model.params import _layer_flags
+    return sum(_moe_layer_flags(model))
 
-    cfg = model.config_fields  # (empty for the 2024 presets)
-    return sum(_layer_flags(cfg, model.num_layers, model.num_experts, checked_pick(cfg), model.name))
+
+def _dense_mlp_layer_count(model: Model) -> int:
+    """Decoder layers holding a dense MLP in place of routed experts: every layer without routed experts,
+    but Nemotron-H's `-` blocks only (its `M` and `*` blocks are a Mamba mixer or an attention alone, no MLP:
+    `nemotron_h.py` L278-425)."""
+    if model.model_type == "nemotron_h":
+        from kvsim.model.hf_layers import nemotron_h_pattern
+
+        return nemotron_h_pattern(model.config_fields, model.num_layers, model.name).count("-")
+    return model.num_layers - _moe_layer_count(model)
 
 
 __all__ = [
