@@ -213,3 +213,97 @@ def test_nemotron_h_dense_mlp_is_its_dash_blocks_only():
 def _terms_of(model: object, gpu: str) -> dict[str, float]:
     rt = roofline_time_model(model, kvsim.gpus.get(gpu))  # type: ignore[arg-type]
     return {t.name: t.ps for t in rt.terms}
+
+
+def _coll(model_type: str, layers: int, moe: tuple[bool, ...] | None = None, **fields: object):
+    """`moe_collectives` of a stand-in model (its `model_type` and config fields) at tp 2, dp 2, EP."""
+    from types import SimpleNamespace
+
+    m = SimpleNamespace(num_experts=8, model_type=model_type, config_fields=fields)
+    return moe_collectives(m, 2, 2, True, moe if moe is not None else (True,) * layers)
+
+
+def test_a_model_that_does_not_opt_in_keeps_the_dp_group():
+    """MiniMax-M2 (62 MoE layers, hidden 3,072) at tp 2, dp 2, EP on H200: vLLM 0.33.0's minimax_m2.py builds
+    its FusedMoE without is_sequence_parallel, so the gather runs over the DP group (2 GPUs, 2 apart: one
+    other rank's hidden states per own token, 1 ring step) and every layer all-reduces twice over TP
+    (2 × 62 × 2·1/2 hidden states, 2 × 62 × 2 ring steps)."""
+    t = _terms("minimax-m2", "h200", 2, 2, True)
+    h = 3072 * 2
+    assert t["ep_gather_scatter_tok"] == pytest.approx(2 * 62 * 1 * h / NVLINK * PS)
+    assert t["ep_gather_scatter"] == 2 * 62 * 1 * HOP
+    assert t["tp_allreduce_tok"] == pytest.approx(2 * 62 * 1 * h / NVLINK * PS)
+    assert t["tp_allreduce"] == 2 * 62 * 2 * HOP
+    line = kvsim.SimConfig(
+        model="minimax-m2",
+        gpu="h200",
+        tensor_parallel_size=2,
+        data_parallel_size=2,
+        enable_expert_parallel=True,
+    ).time_line()
+    assert "over the DP group's 2 GPUs, 2 apart" in line
+    c = _coll("mixtral", 4)  # (Mixtral's file does not opt in either)
+    assert (c.sequence_parallel, c.gather, c.stride, c.gather_share, c.tp_units) == (False, 2, 2, (1, 1), 16)
+
+
+@pytest.mark.parametrize(
+    ("model", "layers", "hidden", "per_layer"),
+    [
+        ("gemma-4-26b-a4b", 30, 2816, 3),
+        ("granite-4.0-h-tiny", 40, 1536, 3),
+        ("nemotron-3-nano-30b-a3b", 52, 2688, 1),
+    ],
+)
+def test_tp_all_reduces_a_layer_by_model(model, layers, hidden, per_layer):
+    """At tp 2, dp 1: Gemma 4's MoE layers all-reduce the attention, the dense MLP beside the experts and the
+    MoE runner (3); Granite-4.0-H's the mixer, the MoE runner and the shared MLP (3); Nemotron-H's blocks are
+    one mixer each (1). Each all-reduce moves 2·(tp−1)/tp = 1 hidden state and runs 2 ring steps."""
+    t = _terms(model, "h200", 2, 1, True)
+    assert t["tp_allreduce_tok"] == pytest.approx(per_layer * layers * hidden * 2 / NVLINK * PS)
+    assert t["tp_allreduce"] == per_layer * layers * 2 * HOP
+
+
+def test_granite_without_a_shared_mlp_is_two_all_reduces():
+    assert _coll("granitemoehybrid", 3, shared_intermediate_size=0).tp_units == 2 * 2 * 3
+    assert _coll("granitemoehybrid", 3, shared_intermediate_size=1024).tp_units == 2 * 3 * 3
+
+
+def test_nemotron_h_block_pattern_on_its_e_blocks():
+    """Nemotron-3-Nano at tp 2, dp 2, EP: its 23 `E` blocks chunk and all-gather (1 pass each), its 29 Mamba
+    and attention blocks keep their one all-reduce (2): 23 + 58 = 81 passes and ring collectives."""
+    t = _terms("nemotron-3-nano-30b-a3b", "h200", 2, 2, True)
+    assert t["tp_allreduce_tok"] == pytest.approx(81 * 2688 * 2 / 2 / NVLINK * PS)
+    assert t["tp_allreduce"] == 81 * 1 * HOP
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "dp", "layers", "end", "hidden"),
+    [
+        ("qwen3-next-80b-a3b", 2, 2, 48, 1, 2048),
+        ("qwen3.6-35b-a3b", 2, 2, 40, 1, 2048),
+        ("kimi-linear-48b-a3b", 2, 2, 27, 1, 2304),
+        ("deepseek-v4-flash", 2, 2, 43, 4, 4096),
+        ("deepseek-v3.2", 8, 2, 61, 1, 7168),
+        ("glm-5", 8, 2, 78, 1, 6144),
+        ("kimi-k3", 8, 2, 93, 1, 7168),
+    ],
+)
+def test_every_layer_sequence_parallel(model, tp, dp, layers, end, hidden):
+    """vLLM 0.33.0's decoder-level sequence parallelism on every layer (qwen3_next.py, qwen3_5.py,
+    models/kimi_k3/nvidia, models/deepseek_v4/nvidia, models/deepseek_v32/nvidia): each layer all-gathers its
+    input after the norm and reduce-scatters the attention's output (2 passes of (tp−1)/tp hidden states, 2
+    rings), the end all-gathers the final stream (DeepSeek-V4's 4 hyper-connection streams: 4 passes, 1 ring):
+    2L + end passes, 2L + 1 rings of tp − 1 steps."""
+    t = _terms(model, "h200", tp, dp, True)
+    passes, rings = 2 * layers + end, 2 * layers + 1
+    assert t["tp_allreduce_tok"] == pytest.approx(passes * (tp - 1) / tp * hidden * 2 / NVLINK * PS)
+    assert t["tp_allreduce"] == rings * (tp - 1) * HOP
+
+
+def test_qwen3_next_without_every_layer_moe_falls_back_to_the_block():
+    """Qwen3-Next's decoder-level path needs every layer MoE (`_should_use_sequence_parallel`: no
+    `mlp_only_layers`, `decoder_sparse_step` 1); otherwise its MoE block chunks and gathers: a MoE layer 3
+    passes, a dense one 4."""
+    c = _coll("qwen3_next", 4, (False, True, True, True), mlp_only_layers=[0])
+    assert (c.pattern, c.tp_units, c.tp_rings) == ("block", 4 + 3 * 3, 4 + 3 * 3)
+    assert _coll("qwen3_next", 4).tp_units == 2 * 4 + 1

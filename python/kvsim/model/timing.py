@@ -11,6 +11,9 @@ from typing import NamedTuple
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.collectives import (
+    BLOCK,
+    DEEPSEEK,
+    EVERY_LAYER,
     NETWORK_BANDWIDTH,
     CollectiveLink,
     collective_link,
@@ -472,57 +475,36 @@ def roofline_time_model(
         )
     )
     fixed = eff.step_overhead_ps / PS_PER_S + L * eff.layer_overhead_ps / PS_PER_S
-    # Tensor parallelism: two ring all-reduces of the hidden state per layer; under the sequence-parallel MoE
-    # (expert parallelism, tp > 1, dp > 1) a MoE layer's share is its reduce-scatters and all-gathers
-    # (`MoeCollectives.tp_units`, `tp_rings`: DeepSeek's decoder layer one all-reduce's worth, the other
-    # models' MoE blocks an all-reduce and an all-gather).
-    if tp > 1 and not coll.sequence_parallel:
-        hops = 2 * (tp - 1)
-        fixed += 2 * L * hops * eff.collective_hop_ps / PS_PER_S
-        ar_tok = 2 * L * (2 * (tp - 1) / tp) * h * act / link
-        tok += ar_tok
-        terms.append(
-            Term(
-                "tp_allreduce_tok",
-                ps(ar_tok),
-                "per token",
-                f"2 all-reduces × {L} layers × 2(tp−1)/tp × hidden / link",
-            )
-        )
-        terms.append(
-            Term(
-                "tp_allreduce",
-                2 * L * hops * eff.collective_hop_ps,
-                "per step",
-                f"2 × {L} layers × {hops} ring steps × hop latency",
-            )
-        )
-    elif tp > 1:
+    # Tensor parallelism's collectives (`MoeCollectives.tp_units`, `tp_rings`): each layer's ring all-reduces
+    # of the hidden state (2 a layer, or the model's own count: `collectives.TP_ALL_REDUCES`); under the
+    # sequence-parallel MoE the model's pattern of reduce-scatters and all-gathers (`SEQUENCE_PARALLEL_MOE`).
+    if tp > 1:
         units, rings = coll.tp_units, coll.tp_rings
         fixed += rings * (tp - 1) * eff.collective_hop_ps / PS_PER_S
         ar_tok = units * (tp - 1) / tp * h * act / link
         tok += ar_tok
-        shape = (
-            "reduce-scatter after attention, all-gather before the next layer"
-            if coll.decoder_layer_sp
-            else "all-reduce after attention, all-gather after the MoE block"
-        )
-        terms.append(
-            Term(
-                "tp_allreduce_tok",
-                ps(ar_tok),
-                "per token",
-                f"{units} × (tp−1)/tp × hidden / link (sequence-parallel MoE layers: {shape})",
+        if not coll.sequence_parallel:
+            ars = coll.all_reduces
+            per_layer = (
+                f"{ars[0]} all-reduces × {L} layers"
+                if len(set(ars)) == 1
+                else " + ".join(
+                    f"{n} all-reduces × {ars.count(n)} layers" for n in sorted(set(ars), reverse=True)
+                )
             )
-        )
-        terms.append(
-            Term(
-                "tp_allreduce",
-                rings * (tp - 1) * eff.collective_hop_ps,
-                "per step",
-                f"{rings} ring collectives × {tp - 1} ring steps × hop latency",
-            )
-        )
+            how = f"{per_layer} × 2(tp−1)/tp × hidden / link"
+            step = f"{per_layer} × {2 * (tp - 1)} ring steps × hop latency"
+        else:
+            shape = {
+                DEEPSEEK: "reduce-scatter after attention, all-gather before the next layer",
+                BLOCK: "all-reduce after attention, all-gather after the MoE block",
+                EVERY_LAYER: "every layer an all-gather after its input norm and a reduce-scatter after "
+                "attention, an all-gather at the end",
+            }[coll.pattern]
+            how = f"{units} × (tp−1)/tp × hidden / link (sequence-parallel MoE layers: {shape})"
+            step = f"{rings} ring collectives × {tp - 1} ring steps × hop latency"
+        terms.append(Term("tp_allreduce_tok", ps(ar_tok), "per token", how))
+        terms.append(Term("tp_allreduce", rings * (tp - 1) * eff.collective_hop_ps, "per step", step))
     # Expert parallelism: vLLM's default all-to-all (`all2all_backend="allgather_reducescatter"`,
     # vllm/config/parallel.py) gathers every rank's hidden states before each MoE layer and reduce-scatters
     # its output after; with DP ranks and no expert parallelism vLLM's naive dispatch and combine
