@@ -307,3 +307,33 @@ def test_qwen3_next_without_every_layer_moe_falls_back_to_the_block():
     c = _coll("qwen3_next", 4, (False, True, True, True), mlp_only_layers=[0])
     assert (c.pattern, c.tp_units, c.tp_rings) == ("block", 4 + 3 * 3, 4 + 3 * 3)
     assert _coll("qwen3_next", 4).tp_units == 2 * 4 + 1
+
+
+def test_latent_experts_dispatch_at_their_latent_width():
+    """Kimi-K3's routed experts work in `routed_expert_hidden_size` 3,584 (hidden 7,168), down-projected
+    before the dispatch and up-projected after the combine (vLLM 0.33.0 models/kimi_k3/nvidia/model.py): at
+    tp 8, dp 2, EP on H200 the EP group's 16 GPUs span two hosts (8 NICs of 50 GB/s: 400 GB/s), each ring
+    moves 15/8 latents per own token, twice a MoE layer (92 of 93): half the hidden width's bytes."""
+    from kvsim.model.collectives import dispatch_width
+
+    assert dispatch_width(kvsim.models.get("kimi-k3")) == 3584
+    assert dispatch_width(kvsim.models.get("kimi-linear-48b-a3b")) == 2304  # (no latent: its hidden size)
+    t = _terms("kimi-k3", "h200", 8, 2, True)
+    assert t["ep_gather_scatter_tok"] == pytest.approx(2 * 92 * 15 / 8 * 3584 * 2 / 400e9 * PS)
+    assert t["ep_gather_scatter_tok"] == pytest.approx(6_182_400.0)
+    assert t["ep_gather_scatter"] == 2 * 92 * 15 * HOP  # (the ring steps do not depend on the width)
+
+
+def test_nemotron_h_latent_moe_dispatches_its_latent():
+    """Nemotron-H with `moe_latent_size` (`fc1_latent_proj` before the runner's dispatch, `fc2_latent_proj`
+    after its combine): the gather moves the latent's width; without it, the hidden size."""
+    from types import SimpleNamespace
+
+    from kvsim.model.collectives import dispatch_width
+
+    def m(**f: object) -> object:
+        return SimpleNamespace(model_type="nemotron_h", hidden_size=2688, config_fields=f)
+
+    assert dispatch_width(m(moe_latent_size=1024)) == 1024
+    assert dispatch_width(m()) == 2688
+    assert dispatch_width(SimpleNamespace(model_type="qwen3_moe", hidden_size=2048, config_fields={})) == 2048

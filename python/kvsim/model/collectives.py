@@ -244,6 +244,27 @@ def tp_all_reduces(model: object, moe_flags: tuple[bool, ...]) -> tuple[int, ...
     return tuple(moe if f else other for f in moe_flags)
 
 
+# The width the MoE layers' tokens are all-gathered and reduce-scattered at where the routed experts work in a
+# latent narrower than the hidden state, by `model_type`: the config field giving it (the hidden width where
+# absent). The latent's down-projection runs before the dispatch and its up-projection after the combine:
+# Kimi-K3 (`models/kimi_k3/nvidia/model.py` L383-389, FusedMoE built at `moe_hidden_size` L543-548, the routed
+# down-projection before the experts in `forward` L644-680, the up-projection its `routed_output_transform`);
+# Nemotron-H's `moe_latent_size` (`nemotron_h.py` L247-249: `fc1_latent_proj` and `fc2_latent_proj` as the
+# runner's `routed_input_transform` and `routed_output_transform`, applied before `_forward_impl`'s dispatch
+# and after its combine: `fused_moe/runner/moe_runner.py` L722, L787, L920, L933).
+DISPATCH_WIDTH = {"kimi_linear": "routed_expert_hidden_size", "nemotron_h": "moe_latent_size"}
+
+
+def dispatch_width(model: object) -> int:
+    """The width `model`'s MoE layers dispatch and combine their tokens at (`DISPATCH_WIDTH`): its latent's,
+    else its hidden size."""
+    field = DISPATCH_WIDTH.get(getattr(model, "model_type", "") or "")
+    latent = _fields(model).get(field) if field else None
+    if isinstance(latent, int) and not isinstance(latent, bool) and latent > 0:
+        return latent
+    return int(getattr(model, "hidden_size", 0))
+
+
 @dataclass(frozen=True)
 class MoeCollectives:
     """The collectives a step's layers run under tp and dp (DESIGN.md §Time model, "Under expert parallelism";

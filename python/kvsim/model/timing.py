@@ -17,6 +17,7 @@ from kvsim.model.collectives import (
     NETWORK_BANDWIDTH,
     CollectiveLink,
     collective_link,
+    dispatch_width,
     moe_collectives,
     peer_bandwidth,
 )
@@ -516,11 +517,14 @@ def roofline_time_model(
     if gather > 1:
         fixed += 2 * moe_layers * (gather - 1) * eff.collective_hop_ps / PS_PER_S
         moved, per = coll.gather_share
+        # (the width the tokens are dispatched at: Kimi-K3's and Nemotron-H's latent, `collectives.DISPATCH_WIDTH`)
+        moe_h = dispatch_width(model)
+        dispatched = "hidden" if moe_h == h else f"latent {moe_h}"
         if per == 1:
-            a2a_tok = 2 * moe_layers * moved * h * act / moe_link
+            a2a_tok = 2 * moe_layers * moved * moe_h * act / moe_link
             per_tok = "(dp−1)"
         else:
-            a2a_tok = 2 * moe_layers * moved * h * act / per / moe_link
+            a2a_tok = 2 * moe_layers * moved * moe_h * act / per / moe_link
             per_tok = "(tp·dp−1)/tp"
         tok += a2a_tok
         terms.append(
@@ -528,7 +532,7 @@ def roofline_time_model(
                 "ep_gather_scatter_tok",
                 ps(a2a_tok),
                 "per token",
-                f"all-gather + reduce-scatter × {moe_layers} MoE layers × {per_tok} × hidden / link",
+                f"all-gather + reduce-scatter × {moe_layers} MoE layers × {per_tok} × {dispatched} / link",
             )
         )
         terms.append(
