@@ -242,6 +242,7 @@ def test_a_model_that_does_not_opt_in_keeps_the_dp_group():
         enable_expert_parallel=True,
     ).time_line()
     assert "over the DP group's 2 GPUs, 2 apart" in line
+    assert _coll("qwen3_vl_moe_text", 4).pattern == "block"  # (Qwen3-VL-MoE reuses Qwen3-MoE's layer)
     c = _coll("mixtral", 4)  # (Mixtral's file does not opt in either)
     assert (c.sequence_parallel, c.gather, c.stride, c.gather_share, c.tp_units) == (False, 2, 2, (1, 1), 16)
 

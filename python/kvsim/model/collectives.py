@@ -151,6 +151,9 @@ BLOCK, DEEPSEEK, EVERY_LAYER = "block", "deepseek", "every-layer"
 SEQUENCE_PARALLEL_MOE: dict[str, str] = {
     # `model_executor/models/qwen3_moe.py` Qwen3MoeSparseMoeBlock L152, L215, `forward` L219-241
     "qwen3_moe": BLOCK,
+    # Qwen3-VL-MoE's language model: Qwen3MoeDecoderLayer and its block (`qwen3_vl_moe.py` L47-52, L71)
+    "qwen3_vl_moe": BLOCK,
+    "qwen3_vl_moe_text": BLOCK,
     # `gpt_oss.py` MLPBlock L372-375 (not under LoRA, which kvsim does not model), `forward` L405-421
     "gpt_oss": BLOCK,
     # `llama4.py` Llama4MoE L95, L143, `forward` L148-164 (its dense layers: a plain MLP, 2 all-reduces)
