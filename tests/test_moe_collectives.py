@@ -233,7 +233,7 @@ def test_a_model_that_does_not_opt_in_keeps_the_dp_group():
     assert t["ep_gather_scatter_tok"] == pytest.approx(2 * 62 * 1 * h / NVLINK * PS)
     assert t["ep_gather_scatter"] == 2 * 62 * 1 * HOP
     assert t["tp_allreduce_tok"] == pytest.approx(2 * 62 * 1 * h / NVLINK * PS)
-    assert t["tp_allreduce"] == 2 * 62 * 2 * HOP
+    assert t["tp_allreduce"] == (2 * 62 + 62) * 2 * HOP  # (+ its q / k norms' 62 small all-reduces)
     line = kvsim.SimConfig(
         model="minimax-m2",
         gpu="h200",
@@ -261,7 +261,8 @@ def test_tp_all_reduces_a_layer_by_model(model, layers, hidden, per_layer):
     one mixer each (1). Each all-reduce moves 2·(tp−1)/tp = 1 hidden state and runs 2 ring steps."""
     t = _terms(model, "h200", 2, 1, True)
     assert t["tp_allreduce_tok"] == pytest.approx(per_layer * layers * hidden * 2 / NVLINK * PS)
-    assert t["tp_allreduce"] == per_layer * layers * 2 * HOP
+    small = 36 if model.startswith("granite") else 0  # (its Mamba gated norms': below)
+    assert t["tp_allreduce"] == (per_layer * layers + small) * 2 * HOP
 
 
 def test_granite_without_a_shared_mlp_is_two_all_reduces():
@@ -338,3 +339,30 @@ def test_nemotron_h_latent_moe_dispatches_its_latent():
     assert dispatch_width(m(moe_latent_size=1024)) == 1024
     assert dispatch_width(m()) == 2688
     assert dispatch_width(SimpleNamespace(model_type="qwen3_moe", hidden_size=2048, config_fields={})) == 2048
+
+
+@pytest.mark.parametrize(
+    ("model", "layers", "hidden", "per_layer", "small"),
+    [("minimax-m2", 62, 3072, 2, 62), ("granite-4.0-h-tiny", 40, 1536, 3, 36)],
+)
+def test_small_all_reduces_cost_ring_steps_only(model, layers, hidden, per_layer, small):
+    """At tp 2, dp 1: MiniMax-M2's q / k norm all-reduces each attention layer's per-token variances (62),
+    Granite-4.0-H's Mamba gated norm (`mamba_n_groups` 1) each Mamba layer's per-token sums (36 of 40): 2
+    ring steps each beside the layers' hidden-state all-reduces (2 steps each at tp 2), no bytes."""
+    t = _terms(model, "h200", 2, 1, False)
+    assert t["tp_allreduce_tok"] == pytest.approx(per_layer * layers * hidden * 2 / NVLINK * PS)
+    assert t["tp_allreduce"] == (per_layer * layers + small) * 2 * HOP
+    from types import SimpleNamespace
+
+    from kvsim.model.collectives import small_all_reduces
+
+    def granite(groups: int) -> object:
+        mamba, attention = SimpleNamespace(kind="mamba"), SimpleNamespace(kind="full")
+        return SimpleNamespace(
+            model_type="granitemoehybrid",
+            config_fields={"mamba_n_groups": groups},
+            layer_list=lambda: (mamba, mamba, attention),
+        )
+
+    assert small_all_reduces(granite(1)) == 2
+    assert small_all_reduces(granite(8)) == 0  # (tp dividing the groups: each rank's own, no collective)

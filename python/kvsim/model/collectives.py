@@ -7,7 +7,7 @@ and reduce-scatter with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvsim.model.gpus import Gpu
 
@@ -222,6 +222,28 @@ TP_ALL_REDUCES: dict[str, tuple[int, int]] = {
 _GRANITE_SHARED = "shared_intermediate_size"
 
 
+# Small TP all-reduces of a per-token statistic (a few bytes a token beside a hidden state's thousands: only
+# their ring steps are priced), by `model_type`, at tp > 1:
+# - MiniMax-M2's q / k norms over the whole heads' width: one all-reduce of the per-token variances a layer
+#   (`minimax_m2.py` L215-241 `MiniMaxText01RMSNormTP.forward_qkv`; `layers/minimax_rms_norm/rms_norm_tp.py`
+#   L30-41, L393-421: `minimax_qk_norm_fusion`, fused or its fallback's one `_all_reduce_variance`).
+# - Granite-4.0-H's Mamba gated norm at `mamba_n_groups` 1, its reduction over the TP-split width: one
+#   all-reduce of the per-token sums a Mamba layer (`layers/mamba/mamba_mixer2.py` L121-150
+#   `Mixer2RMSNormGated.forward_native`, which `forward_cuda` L172-183 runs whenever tp > 1 there).
+_SMALL_ALL_REDUCES = {"minimax_m2": ("attention", ""), "granitemoehybrid": ("mamba", "mamba_n_groups")}
+
+
+def small_all_reduces(model: object) -> int:
+    """The small all-reduces a step runs at tp > 1 (`_SMALL_ALL_REDUCES`): one a layer of the named kind."""
+    kind, groups = _SMALL_ALL_REDUCES.get(getattr(model, "model_type", "") or "", ("", ""))
+    if not kind or (groups and (_fields(model).get(groups) or 1) != 1):
+        return 0
+    layers = getattr(model, "layer_list", lambda: ())()
+    if kind == "mamba":
+        return sum(lay.kind == "mamba" for lay in layers)
+    return sum(lay.kind != "mamba" and lay.kind != "none" for lay in layers)
+
+
 def _fields(model: object) -> dict:
     return getattr(model, "config_fields", None) or {}
 
@@ -284,7 +306,8 @@ class MoeCollectives:
     - `sequence_parallel`: vLLM's sequence-parallel MoE (`ParallelConfig.use_sequence_parallel_moe`, and the
       model's file opting in: `SEQUENCE_PARALLEL_MOE`); `pattern` its shape there (`BLOCK`, `DEEPSEEK`,
       `EVERY_LAYER`; "" outside it).
-    - `all_reduces`: outside it, each layer's TP all-reduces (`TP_ALL_REDUCES`).
+    - `all_reduces`: outside it, each layer's TP all-reduces (`TP_ALL_REDUCES`); `small_all_reduces` those
+      of a per-token statistic (`_SMALL_ALL_REDUCES`), in `tp_rings` (2 each) but not `tp_units`.
     """
 
     gather: int
@@ -295,6 +318,7 @@ class MoeCollectives:
     sequence_parallel: bool
     pattern: str = ""
     all_reduces: tuple[int, ...] = ()
+    small_all_reduces: int = 0
 
     @property
     def decoder_layer_sp(self) -> bool:
@@ -326,6 +350,14 @@ def moe_collectives(
       all-reduce's worth a MoE layer, `EVERY_LAYER` an all-gather and a reduce-scatter every layer and the
       end's all-gather.
     """
+    c = _moe_collectives(model, tp, dp, expert_parallel, moe_flags)
+    small = small_all_reduces(model)
+    return replace(c, tp_rings=c.tp_rings + 2 * small, small_all_reduces=small) if small else c
+
+
+def _moe_collectives(
+    model: object, tp: int, dp: int, expert_parallel: bool, moe_flags: tuple[bool, ...]
+) -> MoeCollectives:
     num_experts = getattr(model, "num_experts", 0)
     ars = tp_all_reduces(model, moe_flags)
     pattern = sequence_parallel_pattern(model) if num_experts else ""

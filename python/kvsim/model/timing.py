@@ -495,6 +495,8 @@ def roofline_time_model(
             )
             how = f"{per_layer} × 2(tp−1)/tp × hidden / link"
             step = f"{per_layer} × {2 * (tp - 1)} ring steps × hop latency"
+            if coll.small_all_reduces:
+                step += f" (+ {coll.small_all_reduces} all-reduces of a per-token statistic, their bytes not charged)"
         else:
             shape = {
                 DEEPSEEK: "reduce-scatter after attention, all-gather before the next layer",
@@ -504,6 +506,8 @@ def roofline_time_model(
             }[coll.pattern]
             how = f"{units} × (tp−1)/tp × hidden / link (sequence-parallel MoE layers: {shape})"
             step = f"{rings} ring collectives × {tp - 1} ring steps × hop latency"
+            if coll.small_all_reduces:
+                step += f" (with {coll.small_all_reduces} all-reduces of a per-token statistic, 2 each)"
         terms.append(Term("tp_allreduce_tok", ps(ar_tok), "per token", how))
         terms.append(Term("tp_allreduce", rings * (tp - 1) * eff.collective_hop_ps, "per step", step))
     # Expert parallelism: vLLM's default all-to-all (`all2all_backend="allgather_reducescatter"`,
