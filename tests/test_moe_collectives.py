@@ -366,3 +366,17 @@ def test_small_all_reduces_cost_ring_steps_only(model, layers, hidden, per_layer
 
     assert small_all_reduces(granite(1)) == 2
     assert small_all_reduces(granite(8)) == 0  # (tp dividing the groups: each rank's own, no collective)
+
+
+def test_rocm_files_that_do_not_opt_in():
+    """On ROCm vLLM 0.33.0 serves DeepSeek-V4 and Kimi-Linear / K3 with its amd/ files, whose FusedMoE takes
+    no is_sequence_parallel: at tp 2, dp 2, EP on an MI355X (gfx950) DeepSeek-V4-Flash keeps its 2
+    all-reduces a layer (43 layers, 2 ring steps each) and gathers over the DP group (1 ring step); on an
+    H200 it is sequence-parallel (87 rings). Qwen3-MoE's file is the same on both."""
+    t = _terms("deepseek-v4-flash", "mi355x", 2, 2, True)
+    assert t["tp_allreduce"] == 2 * 43 * 2 * HOP
+    assert t["ep_gather_scatter"] == 2 * 43 * 1 * HOP
+    assert _terms("deepseek-v4-flash", "h200", 2, 2, True)["tp_allreduce"] == 87 * HOP
+    kimi = moe_collectives(kvsim.models.get("kimi-linear-48b-a3b"), 2, 2, True, (False,) + (True,) * 26, True)
+    assert (kimi.sequence_parallel, kimi.gather, kimi.stride) == (False, 2, 2)
+    assert _terms("qwen3-30b-a3b", "mi355x", 2, 2, True)["tp_allreduce"] == 144 * HOP

@@ -195,6 +195,16 @@ SEQUENCE_PARALLEL_MOE: dict[str, str] = {
     "kimi_linear": EVERY_LAYER,
 }
 
+# Where vLLM 0.33.0 serves a `model_type` with another file on ROCm (AMD's gfx GPUs: `Gpu.arch`), its pattern
+# there, replacing `SEQUENCE_PARALLEL_MOE`'s: DeepSeek-V4 (`models/deepseek_v4/__init__.py` L17-18 →
+# `models/deepseek_v4/amd/model.py`, FusedMoEFactory L749-764 without `is_sequence_parallel`) and Kimi-Linear /
+# K3 (`models/kimi_k3/__init__.py` L26-29 → `amd/linear.py`, FusedMoEFactory L327-342 without it; K3's
+# `amd/model.py` L49 wraps it) do not opt in. (DeepSeek-V3.2 and GLM-5's `models/deepseek_v32/amd/model.py`,
+# the MoE block's chunk and all-gather then the next layer's fused all-reduce, are priced as CUDA's: a
+# departure, DESIGN.md.)
+SEQUENCE_PARALLEL_MOE_ROCM: dict[str, str] = {"deepseek_v4": "", "kimi_linear": ""}
+
+
 # The all-gather at the end of an `EVERY_LAYER` model: the final hidden state (1 width), but DeepSeek-V4's
 # `hc_mult` hyper-connection streams (`models/deepseek_v4/nvidia/model.py` L1021-1034: the all-gather runs
 # before `hc_head` folds them), by `model_type`: the config field giving the widths.
@@ -248,10 +258,13 @@ def _fields(model: object) -> dict:
     return getattr(model, "config_fields", None) or {}
 
 
-def sequence_parallel_pattern(model: object) -> str:
-    """How `model` runs vLLM 0.33.0's sequence-parallel MoE when it is on (`SEQUENCE_PARALLEL_MOE`): `BLOCK`,
-    `DEEPSEEK`, `EVERY_LAYER`, or "" where its model file does not opt in."""
+def sequence_parallel_pattern(model: object, rocm: bool = False) -> str:
+    """How `model` runs vLLM 0.33.0's sequence-parallel MoE when it is on (`SEQUENCE_PARALLEL_MOE`, on ROCm
+    `SEQUENCE_PARALLEL_MOE_ROCM` first): `BLOCK`, `DEEPSEEK`, `EVERY_LAYER`, or "" where its model file does
+    not opt in."""
     model_type = getattr(model, "model_type", "") or ""
+    if rocm and model_type in SEQUENCE_PARALLEL_MOE_ROCM:
+        return SEQUENCE_PARALLEL_MOE_ROCM[model_type]
     pattern = SEQUENCE_PARALLEL_MOE.get(model_type, "")
     if model_type == "qwen3_next":
         cfg = _fields(model)
@@ -327,7 +340,7 @@ class MoeCollectives:
 
 
 def moe_collectives(
-    model: object, tp: int, dp: int, expert_parallel: bool, moe_flags: tuple[bool, ...]
+    model: object, tp: int, dp: int, expert_parallel: bool, moe_flags: tuple[bool, ...], rocm: bool = False
 ) -> MoeCollectives:
     """What a step's collectives move (`MoeCollectives`) for `model` (its `num_experts`, `model_type` and
     config fields) at `tp` x `dp`, with or without expert parallelism, `moe_flags` its layers holding routed
@@ -348,19 +361,19 @@ def moe_collectives(
       dp − 1) / tp` hidden states per own token. The runner's TP all-reduce is skipped; the TP collectives
       by the model's pattern: `BLOCK` a MoE layer's other all-reduces and an all-gather, `DEEPSEEK` one
       all-reduce's worth a MoE layer, `EVERY_LAYER` an all-gather and a reduce-scatter every layer and the
-      end's all-gather.
+      end's all-gather. `rocm`: the GPU is AMD's (vLLM's ROCm files: `SEQUENCE_PARALLEL_MOE_ROCM`).
     """
-    c = _moe_collectives(model, tp, dp, expert_parallel, moe_flags)
+    c = _moe_collectives(model, tp, dp, expert_parallel, moe_flags, rocm)
     small = small_all_reduces(model)
     return replace(c, tp_rings=c.tp_rings + 2 * small, small_all_reduces=small) if small else c
 
 
 def _moe_collectives(
-    model: object, tp: int, dp: int, expert_parallel: bool, moe_flags: tuple[bool, ...]
+    model: object, tp: int, dp: int, expert_parallel: bool, moe_flags: tuple[bool, ...], rocm: bool
 ) -> MoeCollectives:
     num_experts = getattr(model, "num_experts", 0)
     ars = tp_all_reduces(model, moe_flags)
-    pattern = sequence_parallel_pattern(model) if num_experts else ""
+    pattern = sequence_parallel_pattern(model, rocm) if num_experts else ""
     sp = bool(num_experts) and bool(pattern) and expert_parallel and tp > 1 and dp > 1
     if not num_experts or dp == 1:
         gather, stride, share = 1, 1, (0, 1)

@@ -107,7 +107,7 @@ def roofline_time_model(
         )
     # The step's collectives (`collectives.moe_collectives`): the MoE layers' gather and scatter group (the DP
     # group, or the EP group when sequence-parallel) and tensor parallelism's collectives over the layers.
-    coll = moe_collectives(model, tp, dp, ep > 1, _moe_layer_flags(model))
+    coll = moe_collectives(model, tp, dp, ep > 1, _moe_layer_flags(model), (gpu.arch or "").startswith("gfx"))
     gather = coll.gather
     groups = weight_groups(model, quantization)
     from kvsim.model.mxfp4_padding import mxfp4_padding
