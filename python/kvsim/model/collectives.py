@@ -197,8 +197,8 @@ SEQUENCE_PARALLEL_MOE: dict[str, str] = {
 
 # Where vLLM 0.33.0 serves a `model_type` with another file on ROCm (AMD's gfx GPUs: `Gpu.arch`), its pattern
 # there, replacing `SEQUENCE_PARALLEL_MOE`'s: DeepSeek-V4 (`models/deepseek_v4/__init__.py` L17-18 →
-# `models/deepseek_v4/amd/model.py`, FusedMoEFactory L749-764 without `is_sequence_parallel`) and Kimi-Linear /
-# K3 (`models/kimi_k3/__init__.py` L26-29 → `amd/linear.py`, FusedMoEFactory L327-342 without it; K3's
+# `models/deepseek_v4/amd/model.py`, FusedMoEFactory from L749 without `is_sequence_parallel`) and Kimi-Linear /
+# K3 (`models/kimi_k3/__init__.py` L26-29 → `amd/linear.py`, FusedMoEFactory L327-348 without it; K3's
 # `amd/model.py` L49 wraps it) do not opt in. (DeepSeek-V3.2 and GLM-5's `models/deepseek_v32/amd/model.py`,
 # the MoE block's chunk and all-gather then the next layer's fused all-reduce, are priced as CUDA's: a
 # departure, DESIGN.md.)
