@@ -7,7 +7,7 @@ and reduce-scatter with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvsim.model.gpus import Gpu
 
@@ -128,11 +128,179 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1) -> CollectiveLink:
     return CollectiveLink(group, rate, how, hosts)
 
 
-# vLLM's model files whose decoder layer runs the sequence-parallel MoE layer by layer (the attention's output
-# reduce-scattered over TP in place of its all-reduce, the next layer's input all-gathered: vLLM 0.33.0's
-# `DeepseekV2DecoderLayer.forward`, `model_executor/models/deepseek_v2.py`), by the config's `model_type`:
-# DeepSeek-V2 / V3 (Kimi-K2's config says deepseek_v3), DeepSeek-V3.2 and GLM-5, all served by that file.
-DECODER_LAYER_SP = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa"})
+# How the model file vLLM 0.33.0 serves a `model_type` with on CUDA takes part in the sequence-parallel MoE
+# (`ParallelConfig.use_sequence_parallel_moe`, `config/parallel.py` L767-785: the default
+# `allgather_reducescatter` all-to-all, expert parallelism, tp > 1 and dp > 1). A model opts in per MoE layer
+# (`FusedMoEFactory(is_sequence_parallel=...)`, False by default: `model_executor/layers/fused_moe/layer.py`
+# L123, L59); a `model_type` not listed here does not (Mixtral, Qwen2-MoE, PhiMoE, OLMoE, Jamba, GLM-4.5,
+# MiniMax-M2 and M3, Gemma 4, Granite-4.0-H: their `FusedMoEFactory` takes no `is_sequence_parallel`), and
+# its MoE layers run the non-sequence-parallel path whatever the flags: the gather over the DP group and the
+# runner's TP all-reduce (`device_communicators/all2all.py` L64-74 `_get_comm_group`,
+# `fused_moe/runner/moe_runner.py` L509-515 `_maybe_reduce_final_output`). The patterns (`moe_collectives`):
+#
+# - `BLOCK`: the MoE block chunks its tokens over TP, runs its experts on a tp-th of them and all-gathers
+#   their output over TP (`sequence_parallel_chunk`, `tensor_model_parallel_all_gather`); the layer's
+#   other all-reduces (the attention's) stay.
+# - `DEEPSEEK`: DeepSeek's decoder layer, on its MoE layers only: the attention's output reduce-scattered
+#   over TP in place of its all-reduce, the next layer's input all-gathered after its norm (hidden state),
+#   before a layer without experts and at the model's end hidden state and residual (2 widths).
+# - `EVERY_LAYER`: the model shards its embedding over TP and every layer, dense or MoE, all-gathers its input
+#   after the input norm and reduce-scatters the attention's (mixer's) output; the dense MLPs and shared
+#   experts run replicated on the shard with no collective; at the end one all-gather of the final stream.
+BLOCK, DEEPSEEK, EVERY_LAYER = "block", "deepseek", "every-layer"
+SEQUENCE_PARALLEL_MOE: dict[str, str] = {
+    # `model_executor/models/qwen3_moe.py` Qwen3MoeSparseMoeBlock L152, L215, `forward` L219-241
+    "qwen3_moe": BLOCK,
+    # Qwen3-VL-MoE's language model: Qwen3MoeDecoderLayer and its block (`qwen3_vl_moe.py` L47-52, L71)
+    "qwen3_vl_moe": BLOCK,
+    "qwen3_vl_moe_text": BLOCK,
+    # `gpt_oss.py` MLPBlock L372-375 (not under LoRA, which kvsim does not model), `forward` L405-421
+    "gpt_oss": BLOCK,
+    # `llama4.py` Llama4MoE L95, L143, `forward` L148-164 (its dense layers: a plain MLP, 2 all-reduces)
+    "llama4": BLOCK,
+    "llama4_text": BLOCK,
+    # `nemotron_h.py` NemotronHMoE L157, L247, `forward` L255-276 (the `E` blocks; the others one all-reduce)
+    "nemotron_h": BLOCK,
+    # `granitemoe.py` GraniteMoeDecoderLayer L271, GraniteMoeMoE.forward L118-137
+    "granitemoe": BLOCK,
+    # `mimo_v2.py` MiMoV2MoE L136, L184, `forward` L192-215
+    "mimo_v2_flash": BLOCK,
+    # `deepseek_v2.py` DeepseekV2DecoderLayer L1300-1304 (use_sequence_parallel_moe, pp 1, a MoE layer),
+    # o_proj L1325, `forward` L1352-1423; DeepseekV2Model.forward L1550-1560, L1578-1585 (Kimi-K2's config
+    # says deepseek_v3)
+    "deepseek_v2": DEEPSEEK,
+    "deepseek_v3": DEEPSEEK,
+    # DeepSeek-V3.2 and GLM-5 on CUDA: `models/deepseek_v32/nvidia/model.py` (registry.py L95-98, L126;
+    # `deepseek_v2.py` serves them on XPU and CPU only): DeepseekV32DecoderLayer L78-81 (every layer),
+    # `forward` L122-166 (all-gather L147-148, reduce-scatter L152-153), the dense MLP replicated L107-115;
+    # DeepseekV32Model's embedding shard L273-281, the end's all-gather of the hidden state L304-317
+    "deepseek_v32": EVERY_LAYER,
+    "glm_moe_dsa": EVERY_LAYER,
+    # `models/deepseek_v4/nvidia/model.py` `_use_sequence_parallel` L571-582, DeepseekV4DecoderLayer L597,
+    # L606-607, `forward` L779-784; the model's shard L970-977, the end's all-gather of its `hc_mult` streams
+    # L1021-1034 (`_END_STREAMS`)
+    "deepseek_v4": EVERY_LAYER,
+    # `qwen3_next.py` `_should_use_sequence_parallel` L87-97 (no `mlp_only_layers`, `decoder_sparse_step` 1,
+    # else the MoE block's own chunk and all-gather, L257-276: `BLOCK`), Qwen3NextDecoderLayer L496-515,
+    # `forward` L558-611; Qwen3NextModel.forward L716-719, L740-751
+    "qwen3_next": EVERY_LAYER,
+    # `qwen3_5.py` Qwen3_5DecoderLayer L142-147, L155, L164 (every layer of the MoE model), Qwen3NextModel's
+    # forward inherited
+    "qwen3_5_moe": EVERY_LAYER,
+    "qwen3_5_moe_text": EVERY_LAYER,
+    # Kimi-Linear and Kimi-K3 (registry.py L148-151, L488-491): `models/kimi_k3/nvidia/model.py`
+    # KimiDecoderLayer L709-714, o_proj L764-765, `forward` L897-931 (all-gather L911-915, reduce-scatter
+    # L921-923; layer 0's dense KimiMLP replicated, L239, L256); KimiLinearModel.forward L1133-1140,
+    # L1224-1237
+    "kimi_linear": EVERY_LAYER,
+}
+
+# Where vLLM 0.33.0 serves a `model_type` with another file on ROCm (AMD's gfx GPUs: `Gpu.arch`), its pattern
+# there, replacing `SEQUENCE_PARALLEL_MOE`'s: DeepSeek-V4 (`models/deepseek_v4/__init__.py` L17-18 →
+# `models/deepseek_v4/amd/model.py`, FusedMoEFactory from L749 without `is_sequence_parallel`) and Kimi-Linear /
+# K3 (`models/kimi_k3/__init__.py` L26-29 → `amd/linear.py`, FusedMoEFactory L327-348 without it; K3's
+# `amd/model.py` L49 wraps it) do not opt in. (DeepSeek-V3.2 and GLM-5's `models/deepseek_v32/amd/model.py`,
+# the MoE block's chunk and all-gather then the next layer's fused all-reduce, are priced as CUDA's: a
+# departure, DESIGN.md.)
+SEQUENCE_PARALLEL_MOE_ROCM: dict[str, str] = {"deepseek_v4": "", "kimi_linear": ""}
+
+
+# The all-gather at the end of an `EVERY_LAYER` model: the final hidden state (1 width), but DeepSeek-V4's
+# `hc_mult` hyper-connection streams (`models/deepseek_v4/nvidia/model.py` L1021-1034: the all-gather runs
+# before `hc_head` folds them), by `model_type`: the config field giving the widths.
+_END_STREAMS = {"deepseek_v4": "hc_mult"}
+
+# Tensor parallelism's all-reduces a layer runs outside the sequence-parallel MoE (tp > 1), by `model_type`:
+# (a layer holding routed experts, a layer without); 2 and 2 (the attention's or mixer's, the MLP's or the MoE
+# runner's) where not listed.
+#
+# - Gemma 4 (`model_executor/models/gemma4.py`): a MoE layer runs its dense MLP beside the experts, so the
+#   attention's `o_proj` (L437), the MLP's `down_proj` (L273-279, on every layer: `forward` L738) and the MoE
+#   runner each all-reduce.
+# - Granite-4.0-H (`granitemoehybrid.py` L92-106, L168-182, `forward` L114-140, L190-220): the mixer's
+#   (Mamba's `out_proj` or the attention's `o_proj`, L267), the MoE runner's and the shared MLP's
+#   (`granitemoeshared.py` L60-66 `output_linear`, a reducing RowParallelLinear): 3, or 2 without a
+#   shared MLP (`shared_intermediate_size` 0; `_GRANITE_SHARED`).
+# - Nemotron-H (`nemotron_h.py` L278-553): each block is a single mixer (Mamba, attention, MLP or MoE), one
+#   all-reduce a block.
+TP_ALL_REDUCES: dict[str, tuple[int, int]] = {
+    "gemma4": (3, 2),
+    "gemma4_text": (3, 2),
+    "granitemoehybrid": (3, 2),
+    "nemotron_h": (1, 1),
+}
+_GRANITE_SHARED = "shared_intermediate_size"
+
+
+# Small TP all-reduces of a per-token statistic (a few bytes a token beside a hidden state's thousands: only
+# their ring steps are priced), by `model_type`, at tp > 1:
+# - MiniMax-M2's q / k norms over the whole heads' width: one all-reduce of the per-token variances a layer
+#   (`minimax_m2.py` L215-241 `MiniMaxText01RMSNormTP.forward_qkv`; `layers/minimax_rms_norm/rms_norm_tp.py`
+#   L30-41, L393-421: `minimax_qk_norm_fusion`, fused or its fallback's one `_all_reduce_variance`).
+# - Granite-4.0-H's Mamba gated norm at `mamba_n_groups` 1, its reduction over the TP-split width: one
+#   all-reduce of the per-token sums a Mamba layer (`layers/mamba/mamba_mixer2.py` L121-150
+#   `Mixer2RMSNormGated.forward_native`, which `forward_cuda` L172-183 runs whenever tp > 1 there).
+_SMALL_ALL_REDUCES = {"minimax_m2": ("attention", ""), "granitemoehybrid": ("mamba", "mamba_n_groups")}
+
+
+def small_all_reduces(model: object) -> int:
+    """The small all-reduces a step runs at tp > 1 (`_SMALL_ALL_REDUCES`): one a layer of the named kind."""
+    kind, groups = _SMALL_ALL_REDUCES.get(getattr(model, "model_type", "") or "", ("", ""))
+    if not kind or (groups and (_fields(model).get(groups) or 1) != 1):
+        return 0
+    layers = getattr(model, "layer_list", lambda: ())()
+    if kind == "mamba":
+        return sum(lay.kind == "mamba" for lay in layers)
+    return sum(lay.kind != "mamba" and lay.kind != "none" for lay in layers)
+
+
+def _fields(model: object) -> dict:
+    return getattr(model, "config_fields", None) or {}
+
+
+def sequence_parallel_pattern(model: object, rocm: bool = False) -> str:
+    """How `model` runs vLLM 0.33.0's sequence-parallel MoE when it is on (`SEQUENCE_PARALLEL_MOE`, on ROCm
+    `SEQUENCE_PARALLEL_MOE_ROCM` first): `BLOCK`, `DEEPSEEK`, `EVERY_LAYER`, or "" where its model file does
+    not opt in."""
+    model_type = getattr(model, "model_type", "") or ""
+    if rocm and model_type in SEQUENCE_PARALLEL_MOE_ROCM:
+        return SEQUENCE_PARALLEL_MOE_ROCM[model_type]
+    pattern = SEQUENCE_PARALLEL_MOE.get(model_type, "")
+    if model_type == "qwen3_next":
+        cfg = _fields(model)
+        if cfg.get("mlp_only_layers") or (cfg.get("decoder_sparse_step") or 1) != 1:
+            pattern = BLOCK  # (`_should_use_sequence_parallel` False: the MoE block's own chunk and gather)
+    return pattern
+
+
+def tp_all_reduces(model: object, moe_flags: tuple[bool, ...]) -> tuple[int, ...]:
+    """Each layer's TP all-reduces outside the sequence-parallel MoE (`TP_ALL_REDUCES`)."""
+    model_type = getattr(model, "model_type", "") or ""
+    moe, other = TP_ALL_REDUCES.get(model_type, (2, 2))
+    if model_type == "granitemoehybrid" and not _fields(model).get(_GRANITE_SHARED):
+        moe, other = moe - 1, other - 1
+    return tuple(moe if f else other for f in moe_flags)
+
+
+# The width the MoE layers' tokens are all-gathered and reduce-scattered at where the routed experts work in a
+# latent narrower than the hidden state, by `model_type`: the config field giving it (the hidden width where
+# absent). The latent's down-projection runs before the dispatch and its up-projection after the combine:
+# Kimi-K3 (`models/kimi_k3/nvidia/model.py` L383-389, FusedMoE built at `moe_hidden_size` L543-548, the routed
+# down-projection before the experts in `forward` L644-680, the up-projection its `routed_output_transform`);
+# Nemotron-H's `moe_latent_size` (`nemotron_h.py` L247-249: `fc1_latent_proj` and `fc2_latent_proj` as the
+# runner's `routed_input_transform` and `routed_output_transform`, applied before `_forward_impl`'s dispatch
+# and after its combine: `fused_moe/runner/moe_runner.py` L722, L787, L920, L933).
+DISPATCH_WIDTH = {"kimi_linear": "routed_expert_hidden_size", "nemotron_h": "moe_latent_size"}
+
+
+def dispatch_width(model: object) -> int:
+    """The width `model`'s MoE layers dispatch and combine their tokens at (`DISPATCH_WIDTH`): its latent's,
+    else its hidden size."""
+    field = DISPATCH_WIDTH.get(getattr(model, "model_type", "") or "")
+    latent = _fields(model).get(field) if field else None
+    if isinstance(latent, int) and not isinstance(latent, bool) and latent > 0:
+        return latent
+    return int(getattr(model, "hidden_size", 0))
 
 
 @dataclass(frozen=True)
@@ -148,7 +316,11 @@ class MoeCollectives:
     - `tp_units`, `tp_rings`: tensor parallelism's collectives over the step's layers, per token: `tp_units`
       times `(tp − 1)/tp` hidden states through a GPU's link (an all-reduce is 2, an all-gather or a
       reduce-scatter 1) and `tp_rings` ring collectives of `tp − 1` steps each (an all-reduce 2).
-    - `sequence_parallel`: vLLM's sequence-parallel MoE (`ParallelConfig.use_sequence_parallel_moe`).
+    - `sequence_parallel`: vLLM's sequence-parallel MoE (`ParallelConfig.use_sequence_parallel_moe`, and the
+      model's file opting in: `SEQUENCE_PARALLEL_MOE`); `pattern` its shape there (`BLOCK`, `DEEPSEEK`,
+      `EVERY_LAYER`; "" outside it).
+    - `all_reduces`: outside it, each layer's TP all-reduces (`TP_ALL_REDUCES`); `small_all_reduces` those
+      of a per-token statistic (`_SMALL_ALL_REDUCES`), in `tp_rings` (2 each) but not `tp_units`.
     """
 
     gather: int
@@ -157,38 +329,52 @@ class MoeCollectives:
     tp_units: int
     tp_rings: int
     sequence_parallel: bool
-    decoder_layer_sp: bool = False
+    pattern: str = ""
+    all_reduces: tuple[int, ...] = ()
+    small_all_reduces: int = 0
+
+    @property
+    def decoder_layer_sp(self) -> bool:
+        """DeepSeek's decoder-layer pattern (`DEEPSEEK`)."""
+        return self.pattern == DEEPSEEK
 
 
 def moe_collectives(
-    model: object, tp: int, dp: int, expert_parallel: bool, moe_flags: tuple[bool, ...]
+    model: object, tp: int, dp: int, expert_parallel: bool, moe_flags: tuple[bool, ...], rocm: bool = False
 ) -> MoeCollectives:
-    """What a step's collectives move (`MoeCollectives`) for `model` (its `num_experts`, `num_layers` and
-    `model_type`) at `tp` x `dp`, with or without expert parallelism, `moe_flags` its layers holding routed
+    """What a step's collectives move (`MoeCollectives`) for `model` (its `num_experts`, `model_type` and
+    config fields) at `tp` x `dp`, with or without expert parallelism, `moe_flags` its layers holding routed
     experts. vLLM 0.33.0 (DESIGN.md §Time model, "Under expert parallelism"):
 
     - tp > 1 at dp 1 (expert parallelism or not): no gather; every layer's attention (or mixer) all-reduces
       its output over TP, and so does its MLP or MoE layer (`MoERunner._maybe_reduce_final_output`: the
-      experts' partial sums, whole experts under EP or a tp-th of each without): 2 all-reduces a layer.
-    - dp > 1 without sequence parallelism (no expert parallelism, or tp 1): the default all-to-all
-      (`AgRsAll2AllManager`, `device_communicators/all2all.py`) all-gathers each DP rank's tokens over the
-      DP group (`_get_comm_group`: `get_dp_group()`, one GPU of each DP rank, tp apart) and reduce-scatters
-      the outputs back: `dp − 1` other ranks' hidden states per own token, over `dp` GPUs `tp` apart; the
-      TP all-reduces stay 2 a layer.
-    - expert parallelism with tp > 1 and dp > 1: sequence-parallel MoE. Each TP rank takes a tp-th of its DP
-      rank's tokens (`sequence_parallel_chunk`; `DPMetadata.sp_local_sizes`, `ceil(n / tp)` a GPU) and the
-      all-gather and reduce-scatter run over the EP group, all `tp · dp` GPUs (`get_ep_group()`): `(tp · dp −
-      1) / tp` hidden states per own token. The runner's TP all-reduce is skipped (`is_sequence_parallel`);
-      the model puts the tokens back together: DeepSeek's decoder layer (`DECODER_LAYER_SP`) reduce-scatters
-      the attention's output over TP in place of its all-reduce and all-gathers the next layer's input (the
-      hidden state, or hidden state and residual, 2 hidden widths, before a layer that is not one and at the
-      model's end), so a MoE layer moves one all-reduce's worth; the other model files (`Qwen3MoeSparseMoeBlock`,
-      `Qwen3NextSparseMoeBlock` and the like) keep the attention's all-reduce and all-gather the MoE block's
-      output over TP: an all-reduce and an all-gather a MoE layer.
+      experts' partial sums, whole experts under EP or a tp-th of each without): 2 all-reduces a layer, or
+      the model's own count (`TP_ALL_REDUCES`).
+    - dp > 1 without sequence parallelism (no expert parallelism, tp 1, or a model that does not opt in):
+      the default all-to-all (`AgRsAll2AllManager`, `device_communicators/all2all.py`) all-gathers each DP
+      rank's tokens over the DP group (`_get_comm_group`: `get_dp_group()`, one GPU of each DP rank, tp
+      apart) and reduce-scatters the outputs back: `dp − 1` other ranks' hidden states per own token, over
+      `dp` GPUs `tp` apart; the TP all-reduces as at dp 1.
+    - expert parallelism with tp > 1 and dp > 1, a model that opts in (`SEQUENCE_PARALLEL_MOE`):
+      sequence-parallel MoE. Each TP rank takes a tp-th of its DP rank's tokens (`ceil(n / tp)` a GPU) and
+      the all-gather and reduce-scatter run over the EP group, all `tp · dp` GPUs (`get_ep_group()`): `(tp ·
+      dp − 1) / tp` hidden states per own token. The runner's TP all-reduce is skipped; the TP collectives
+      by the model's pattern: `BLOCK` a MoE layer's other all-reduces and an all-gather, `DEEPSEEK` one
+      all-reduce's worth a MoE layer, `EVERY_LAYER` an all-gather and a reduce-scatter every layer and the
+      end's all-gather. `rocm`: the GPU is AMD's (vLLM's ROCm files: `SEQUENCE_PARALLEL_MOE_ROCM`).
     """
+    c = _moe_collectives(model, tp, dp, expert_parallel, moe_flags, rocm)
+    small = small_all_reduces(model)
+    return replace(c, tp_rings=c.tp_rings + 2 * small, small_all_reduces=small) if small else c
+
+
+def _moe_collectives(
+    model: object, tp: int, dp: int, expert_parallel: bool, moe_flags: tuple[bool, ...], rocm: bool
+) -> MoeCollectives:
     num_experts = getattr(model, "num_experts", 0)
-    layers = len(moe_flags)
-    sp = bool(num_experts) and expert_parallel and tp > 1 and dp > 1
+    ars = tp_all_reduces(model, moe_flags)
+    pattern = sequence_parallel_pattern(model, rocm) if num_experts else ""
+    sp = bool(num_experts) and bool(pattern) and expert_parallel and tp > 1 and dp > 1
     if not num_experts or dp == 1:
         gather, stride, share = 1, 1, (0, 1)
     elif sp:
@@ -196,13 +382,18 @@ def moe_collectives(
     else:
         gather, stride, share = dp, tp, (dp - 1, 1)
     if not sp:
-        return MoeCollectives(gather, stride, share, 4 * layers, 4 * layers, False)
-    decoder_sp = getattr(model, "model_type", "") in DECODER_LAYER_SP
-    if not decoder_sp:
-        # A MoE layer: the attention's all-reduce (2) and the MoE block's all-gather (1); a layer without
-        # routed experts its two all-reduces.
-        units = rings = sum(3 if moe else 4 for moe in moe_flags)
-        return MoeCollectives(gather, stride, share, units, rings, True)
+        units = rings = 2 * sum(ars)
+        return MoeCollectives(gather, stride, share, units, rings, False, "", ars)
+    if pattern == EVERY_LAYER:
+        field = _END_STREAMS.get(getattr(model, "model_type", "") or "")
+        end = (_fields(model).get(field) or 1) if field else 1
+        units, rings = 2 * len(moe_flags) + end, 2 * len(moe_flags) + 1
+        return MoeCollectives(gather, stride, share, units, rings, True, pattern, ars)
+    if pattern == BLOCK:
+        # A MoE layer: its other all-reduces (2 each) and the MoE block's all-gather (1); a layer without
+        # routed experts its all-reduces.
+        units = rings = sum(2 * (n - 1) + 1 if moe else 2 * n for moe, n in zip(moe_flags, ars, strict=True))
+        return MoeCollectives(gather, stride, share, units, rings, True, pattern, ars)
     units = rings = 0
     for i, moe in enumerate(moe_flags):
         if i and moe_flags[i - 1]:
@@ -210,8 +401,8 @@ def moe_collectives(
             # norm (the hidden state) before a MoE layer, before the layer (hidden state and residual, 2
             # widths: `DeepseekV2Model.forward`) otherwise.
             units, rings = units + (1 if moe else 2), rings + 1
-        # A MoE layer: the attention's output reduce-scattered (1); another layer its two all-reduces.
-        units, rings = (units + 1, rings + 1) if moe else (units + 4, rings + 4)
+        # A MoE layer: the attention's output reduce-scattered (1); another layer its all-reduces.
+        units, rings = (units + 1, rings + 1) if moe else (units + 2 * ars[i], rings + 2 * ars[i])
     if moe_flags and moe_flags[-1]:
         units, rings = units + 2, rings + 1  # (the model's end: hidden state and residual gathered)
-    return MoeCollectives(gather, stride, share, units, rings, True, decoder_sp)
+    return MoeCollectives(gather, stride, share, units, rings, True, pattern, ars)

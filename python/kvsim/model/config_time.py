@@ -271,7 +271,8 @@ class ConfigTimeModel:
         from kvsim.model.timing import _moe_layer_flags
 
         model = resolve_model(self.model)
-        coll = moe_collectives(model, tp, dp, self.enable_expert_parallel, _moe_layer_flags(model))
+        rocm = (gpu.arch or "").startswith("gfx")
+        coll = moe_collectives(model, tp, dp, self.enable_expert_parallel, _moe_layer_flags(model), rocm)
         if coll.gather > 1:
             group = (
                 f"the EP group's tp·dp = {coll.gather} GPUs (sequence-parallel)"

@@ -11,9 +11,13 @@ from typing import NamedTuple
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.collectives import (
+    BLOCK,
+    DEEPSEEK,
+    EVERY_LAYER,
     NETWORK_BANDWIDTH,
     CollectiveLink,
     collective_link,
+    dispatch_width,
     moe_collectives,
     peer_bandwidth,
 )
@@ -103,7 +107,7 @@ def roofline_time_model(
         )
     # The step's collectives (`collectives.moe_collectives`): the MoE layers' gather and scatter group (the DP
     # group, or the EP group when sequence-parallel) and tensor parallelism's collectives over the layers.
-    coll = moe_collectives(model, tp, dp, ep > 1, _moe_layer_flags(model))
+    coll = moe_collectives(model, tp, dp, ep > 1, _moe_layer_flags(model), (gpu.arch or "").startswith("gfx"))
     gather = coll.gather
     groups = weight_groups(model, quantization)
     from kvsim.model.mxfp4_padding import mxfp4_padding
@@ -173,7 +177,7 @@ def roofline_time_model(
     dense_flop_tok += 2 * loose.gemm_params / (_flops(gpu, "bf16") * eff.gemm_compute)
     # Activations in and out of each matrix, per token.
     moe_layers = _moe_layer_count(model)
-    dense_layers = L - moe_layers
+    dense_layers = _dense_mlp_layer_count(model)
     q_width = model.num_attention_heads * model.head_dim // tp
     kv_width = max(1, model.num_kv_heads // tp) * model.head_dim
     mlp_width = model.intermediate_size // tp
@@ -472,57 +476,40 @@ def roofline_time_model(
         )
     )
     fixed = eff.step_overhead_ps / PS_PER_S + L * eff.layer_overhead_ps / PS_PER_S
-    # Tensor parallelism: two ring all-reduces of the hidden state per layer; under the sequence-parallel MoE
-    # (expert parallelism, tp > 1, dp > 1) a MoE layer's share is its reduce-scatters and all-gathers
-    # (`MoeCollectives.tp_units`, `tp_rings`: DeepSeek's decoder layer one all-reduce's worth, the other
-    # models' MoE blocks an all-reduce and an all-gather).
-    if tp > 1 and not coll.sequence_parallel:
-        hops = 2 * (tp - 1)
-        fixed += 2 * L * hops * eff.collective_hop_ps / PS_PER_S
-        ar_tok = 2 * L * (2 * (tp - 1) / tp) * h * act / link
-        tok += ar_tok
-        terms.append(
-            Term(
-                "tp_allreduce_tok",
-                ps(ar_tok),
-                "per token",
-                f"2 all-reduces × {L} layers × 2(tp−1)/tp × hidden / link",
-            )
-        )
-        terms.append(
-            Term(
-                "tp_allreduce",
-                2 * L * hops * eff.collective_hop_ps,
-                "per step",
-                f"2 × {L} layers × {hops} ring steps × hop latency",
-            )
-        )
-    elif tp > 1:
+    # Tensor parallelism's collectives (`MoeCollectives.tp_units`, `tp_rings`): each layer's ring all-reduces
+    # of the hidden state (2 a layer, or the model's own count: `collectives.TP_ALL_REDUCES`); under the
+    # sequence-parallel MoE the model's pattern of reduce-scatters and all-gathers (`SEQUENCE_PARALLEL_MOE`).
+    if tp > 1:
         units, rings = coll.tp_units, coll.tp_rings
         fixed += rings * (tp - 1) * eff.collective_hop_ps / PS_PER_S
         ar_tok = units * (tp - 1) / tp * h * act / link
         tok += ar_tok
-        shape = (
-            "reduce-scatter after attention, all-gather before the next layer"
-            if coll.decoder_layer_sp
-            else "all-reduce after attention, all-gather after the MoE block"
-        )
-        terms.append(
-            Term(
-                "tp_allreduce_tok",
-                ps(ar_tok),
-                "per token",
-                f"{units} × (tp−1)/tp × hidden / link (sequence-parallel MoE layers: {shape})",
+        if not coll.sequence_parallel:
+            ars = coll.all_reduces
+            per_layer = (
+                f"{ars[0]} all-reduces × {L} layers"
+                if len(set(ars)) == 1
+                else " + ".join(
+                    f"{n} all-reduces × {ars.count(n)} layers" for n in sorted(set(ars), reverse=True)
+                )
             )
-        )
-        terms.append(
-            Term(
-                "tp_allreduce",
-                rings * (tp - 1) * eff.collective_hop_ps,
-                "per step",
-                f"{rings} ring collectives × {tp - 1} ring steps × hop latency",
-            )
-        )
+            how = f"{per_layer} × 2(tp−1)/tp × hidden / link"
+            step = f"{per_layer} × {2 * (tp - 1)} ring steps × hop latency"
+            if coll.small_all_reduces:
+                step += f" (+ {coll.small_all_reduces} all-reduces of a per-token statistic, their bytes not charged)"
+        else:
+            shape = {
+                DEEPSEEK: "reduce-scatter after attention, all-gather before the next layer",
+                BLOCK: "all-reduce after attention, all-gather after the MoE block",
+                EVERY_LAYER: "every layer an all-gather after its input norm and a reduce-scatter after "
+                "attention, an all-gather at the end",
+            }[coll.pattern]
+            how = f"{units} × (tp−1)/tp × hidden / link (sequence-parallel MoE layers: {shape})"
+            step = f"{rings} ring collectives × {tp - 1} ring steps × hop latency"
+            if coll.small_all_reduces:
+                step += f" (with {coll.small_all_reduces} all-reduces of a per-token statistic, 2 each)"
+        terms.append(Term("tp_allreduce_tok", ps(ar_tok), "per token", how))
+        terms.append(Term("tp_allreduce", rings * (tp - 1) * eff.collective_hop_ps, "per step", step))
     # Expert parallelism: vLLM's default all-to-all (`all2all_backend="allgather_reducescatter"`,
     # vllm/config/parallel.py) gathers every rank's hidden states before each MoE layer and reduce-scatters
     # its output after; with DP ranks and no expert parallelism vLLM's naive dispatch and combine
@@ -534,11 +521,14 @@ def roofline_time_model(
     if gather > 1:
         fixed += 2 * moe_layers * (gather - 1) * eff.collective_hop_ps / PS_PER_S
         moved, per = coll.gather_share
+        # (the width the tokens are dispatched at: Kimi-K3's and Nemotron-H's latent, `collectives.DISPATCH_WIDTH`)
+        moe_h = dispatch_width(model)
+        dispatched = "hidden" if moe_h == h else f"latent {moe_h}"
         if per == 1:
-            a2a_tok = 2 * moe_layers * moved * h * act / moe_link
+            a2a_tok = 2 * moe_layers * moved * moe_h * act / moe_link
             per_tok = "(dp−1)"
         else:
-            a2a_tok = 2 * moe_layers * moved * h * act / per / moe_link
+            a2a_tok = 2 * moe_layers * moved * moe_h * act / per / moe_link
             per_tok = "(tp·dp−1)/tp"
         tok += a2a_tok
         terms.append(
@@ -546,7 +536,7 @@ def roofline_time_model(
                 "ep_gather_scatter_tok",
                 ps(a2a_tok),
                 "per token",
-                f"all-gather + reduce-scatter × {moe_layers} MoE layers × {per_tok} × hidden / link",
+                f"all-gather + reduce-scatter × {moe_layers} MoE layers × {per_tok} × {dispatched} / link",
             )
         )
         terms.append(
@@ -686,12 +676,19 @@ def mla_context_seconds(
 
 
 def _moe_layer_flags(model: Model) -> tuple[bool, ...]:
-    """Whether each decoder layer holds routed experts (all False for a dense model)."""
+    """Whether each decoder layer holds routed experts (all False for a dense model). Nemotron-H's blocks are
+    one mixer each by their letter (`hf_layers.nemotron_h_pattern`): only an `E` block is a MoE layer (vLLM
+    0.33.0's `model_executor/models/nemotron_h.py` L548-553 `ALL_DECODER_LAYER_TYPES`, `E` the
+    `NemotronHMoEDecoderLayer` L334), its `M` (Mamba), `*` (attention) and `-` (MLP) blocks none."""
     if not model.num_experts:
         return (False,) * model.num_layers
+    cfg = model.config_fields  # (empty for the 2024 presets)
+    if model.model_type == "nemotron_h":
+        from kvsim.model.hf_layers import nemotron_h_pattern
+
+        return tuple(c == "E" for c in nemotron_h_pattern(cfg, model.num_layers, model.name))
     from kvsim.model.params import _layer_flags
 
-    cfg = model.config_fields  # (empty for the 2024 presets)
     return tuple(
         bool(f) for f in _layer_flags(cfg, model.num_layers, model.num_experts, checked_pick(cfg), model.name)
     )
@@ -699,12 +696,18 @@ def _moe_layer_flags(model: Model) -> tuple[bool, ...]:
 
 def _moe_layer_count(model: Model) -> int:
     """Decoder layers holding routed experts."""
-    if not model.num_experts:
-        return 0
-    from kvsim.model.params import _layer_flags
+    return sum(_moe_layer_flags(model))
 
-    cfg = model.config_fields  # (empty for the 2024 presets)
-    return sum(_layer_flags(cfg, model.num_layers, model.num_experts, checked_pick(cfg), model.name))
+
+def _dense_mlp_layer_count(model: Model) -> int:
+    """Decoder layers holding a dense MLP in place of routed experts: every layer without routed experts,
+    but Nemotron-H's `-` blocks only (its `M` and `*` blocks are a Mamba mixer or an attention alone, no MLP:
+    `nemotron_h.py` L278-425)."""
+    if model.model_type == "nemotron_h":
+        from kvsim.model.hf_layers import nemotron_h_pattern
+
+        return nemotron_h_pattern(model.config_fields, model.num_layers, model.name).count("-")
+    return model.num_layers - _moe_layer_count(model)
 
 
 __all__ = [
