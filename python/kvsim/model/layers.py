@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
-from kvsim.model.dsa import dsa_index_bytes, index_key_bytes
+from kvsim.model.dsa import dsa_index_bytes, index_key_bytes, mla_entry_bits
 
 # kvsim's token limit (the knobs' bound on token counts, `knob_table.MAX_TOKENS`, which is this one):
 # also the most tokens a block may hold.
@@ -429,7 +429,8 @@ def _attention_page(layer: Layer, model: Any, tp: int, kv_bits: int, block_size:
             # DeepSeek-V3.2: the layer's indexer key cache (uint8, one copy a GPU) joins its latent's group
             # (`UniformTypeKVCacheSpecs`): a block takes both pages.
             index = block_size * dsa_index_bytes(layer.index_head_dim)
-            return block_size * width * kv_bits // 8 + index
+            # (an fp8_ds_mla entry: 656 bytes whatever the bits, `kvsim.model.dsa.mla_entry_bits`)
+            return block_size * mla_entry_bits(width, model.kv_dtype, kv_bits) // 8 + index
     else:
         heads = layer.num_kv_heads or model.num_kv_heads
         heads = max(1, heads // tp)  # ModelConfig.get_num_kv_heads: replicated when tp > heads
