@@ -1316,6 +1316,53 @@ def test_gemma_4_31b_kv_bytes_per_group_by_hand():
     assert all(cfg["layer_types"][i] == "full_attention" for i in layout.groups[-1].layer_ids)
 
 
+@pytest.mark.parametrize(
+    ("model", "sliding_block", "full_block", "blocks"),
+    [
+        ("gemma-4-31b", 64, 128, 13_162),
+        ("gemma-4-26b-a4b", 64, 128, 62_034),
+        ("gemma-4-e4b", 128, 64, 222_333),
+    ],
+)
+def test_gemma_4_with_an_fp8_cache_on_hopper_takes_flashattention_4s_64_token_pages(
+    model, sliding_block, full_block, blocks
+):
+    """vLLM 0.33.0's model head size is the widest layer's, 512 (the global layers'); FlashAttention 3 takes
+    up to 256 on 9.x, so vLLM upgrades to FlashAttention 4, whose fp8 kernel reads 64-token pages: the cache
+    block is 64 where it was 16. The sliding layers take it (31B: 16 kv x 256 x 2 x 1 B = 8,192 B a token, a
+    page of 524,288 B); the global ones (4 kv x 512 x 2 x 1 B = 4,096 B) unify to 128 tokens for the same
+    page. E4B's are the other way (2 kv x 256 x 2 = 1,024 B sliding, 2 kv x 512 x 2 = 2,048 B global): the
+    global layers keep 64, the sliding ones grow to 128. The same bytes a token, 4x larger blocks."""
+    fp8 = kvsim.SimConfig(model=model, gpu="h200", kv_cache_dtype="fp8")
+    assert fp8.block_size == 64
+    layout = fp8.pool.layout
+    assert {(g.kind, g.block_size) for g in layout.groups} == {
+        ("sliding_window", sliding_block),
+        ("full", full_block),
+    }
+    assert fp8.num_blocks == blocks
+    bf16 = kvsim.SimConfig(model=model, gpu="h200")  # (bf16: FlashAttention 3 takes it at 16 as before)
+    assert bf16.block_size == 16
+    b200 = kvsim.SimConfig(model=model, gpu="b200", kv_cache_dtype="fp8")  # (the page rule is 9.x's)
+    assert b200.block_size == 16
+    if model == "gemma-4-31b":
+        assert layout.bytes_per_block == 10 * 64 * 8_192 == 5_242_880
+        assert fp8.pool.figures.kv_cache_tokens == 1_010_940
+
+
+def test_gemma_4_fp8_on_hopper_refuses_a_block_its_global_layers_cannot_take():
+    """A block of 16 makes the 31B's global layers' blocks 32 tokens: FlashAttention 4's fp8 kernel on 9.x
+    has no kernel block for it (64 only). A block of 32 makes them 64: taken."""
+    with pytest.raises(
+        InvalidArgumentError, match=r"512-wide layers .* blocks of 32 tokens, not a multiple of 64"
+    ):
+        kvsim.SimConfig(model="gemma-4-31b", gpu="h200", kv_cache_dtype="fp8", block_size=16)
+    ok = kvsim.SimConfig(model="gemma-4-31b", gpu="h200", kv_cache_dtype="fp8", block_size=32)
+    assert {g.block_size for g in ok.pool.layout.groups} == {32, 64}
+    with pytest.raises(InvalidArgumentError, match="not a multiple of 64"):
+        kvsim.SimConfig(model="gemma-4-e4b", gpu="h200", kv_cache_dtype="fp8_e4m3", block_size=32)
+
+
 def test_gemma_4_26b_a4b_counts_the_moe_block_beside_the_mlp():
     """Gemma 4 26B A4B: on each of 30 layers a dense gated MLP (3 x 2112 x 2816) and beside it 128 experts of
     3 x 704 x 2816 (8 a token) with a 128 x 2816 router: experts 30 x 128 x 3 x 704 x 2816."""

@@ -87,8 +87,8 @@ def test_block_size_when_unset(gpu, kv, block):
         ({"block_size": 96, "num_blocks": 1000}, "block_size 96 is not a multiple of 64"),
         ({"gpu": "a100-80gb"}, "no attention backend below compute capability 9.0"),
         ({"gpu": "l40s"}, "no attention backend below compute capability 9.0"),
-        ({"gpu": "rtx-pro-6000"}, "656-byte fp8_ds_mla"),
-        ({"gpu": "h200", "kv_cache_dtype": "fp8"}, "656-byte fp8_ds_mla layout on compute capability 9.x"),
+        ({"gpu": "rtx-pro-6000", "kv_cache_dtype": "fp16"}, "SM120.*refuses kv_cache_dtype fp16"),
+        ({"gpu": "h200", "kv_cache_dtype": "fp8_e4m3"}, "fp8_e4m3 on compute capability 9.x.*give fp8"),
         ({"kv_cache_dtype": "fp8", "num_blocks": 1000}, "name the GPU"),
     ],
 )
@@ -198,9 +198,10 @@ def test_other_sparse_attention_models_still_refused():
 
 def test_pool_blocks_applies_the_same_rules():
     """`kvsim.pool_blocks` sized DeepSeek-V3.2 with 576-byte fp8 entries on an H200 (vLLM: 656) and took
-    blocks of 16 and an A100; it refuses them as SimConfig does, and gives GLM-5 fp8 on a B200."""
-    with pytest.raises(InvalidArgumentError, match="656-byte fp8_ds_mla"):
-        kvsim.pool_blocks("deepseek-v3.2", "h200", 64, kv_cache_bytes=10**11, kv_dtype="fp8")
+    blocks of 16 and an A100; it sizes the 656-byte entries and refuses the rest as SimConfig does, and gives
+    GLM-5 fp8 on a B200."""
+    fp8 = kvsim.pool_blocks("deepseek-v3.2", "h200", 64, kv_cache_bytes=10**11, kv_dtype="fp8")
+    assert fp8 == 10**11 // (64 * 61 * (656 + INDEX)) == 32_506
     with pytest.raises(InvalidArgumentError, match="not a multiple of 64"):
         kvsim.pool_blocks("deepseek-v3.2", "h200", 16, kv_cache_bytes=10**11)
     with pytest.raises(InvalidArgumentError, match=r"below compute capability 9\.0"):
@@ -215,7 +216,20 @@ def test_pool_blocks_applies_the_same_rules():
         ({}, "b200", "fp8_e5m2", "fp8_e5m2: none of vLLM 0.33.0's sparse MLA backends"),
         ({}, "b200", "fp32", "fp32: none of vLLM 0.33.0's sparse MLA backends"),
         ({}, "gfx942", "fp8_e5m2", "fp8_e5m2: none"),
-        ({"qk_nope_head_dim": 64}, "b200", "fp8", "qk_nope_head_dim of 64"),
+        (
+            {"qk_nope_head_dim": 64},
+            "b200",
+            "fp8_e4m3",
+            "fp8_e4m3 on compute capability 10.x for a qk_nope_head_dim of 64",
+        ),
+        (
+            {"model_type": "glm_moe_dsa", "qk_nope_head_dim": 64},
+            "b200",
+            "auto",
+            "fp8_e4m3 on compute capability 10.x",
+        ),
+        ({"index_topk": 1024}, "sm_120", "auto", "SM120.*refuses index_topk 1024"),
+        ({"model_type": "glm_moe_dsa"}, "sm_120", "bf16", "SM120.*refuses kv_cache_dtype bf16"),
         ({"kv_lora_rank": 256}, "b200", "auto", r"a latent of 256 \+ 64"),
         ({}, "sm_110", "auto", "9.x, 10.x and 12.x only"),
     ],
@@ -425,3 +439,127 @@ def test_hybrid_layer_pattern_is_refused_by_name_on_other_model_types():
     cfg = json.loads((HF / "mixtral-8x7b.json").read_text())
     with pytest.raises(InvalidArgumentError, match=r"'hybrid_layer_pattern'.*MiMo-V2-Flash only"):
         hf_config._from_dict({**cfg, "hybrid_layer_pattern": [0, 1] * 16}, "mimo", "mimo", "mimo", None)
+
+
+# -- FlashMLA's fp8_ds_mla entries (9.x, 12.x, 10.x where FlashMLA serves the model) -----------------------------
+
+DS_MLA = 512 + 4 * 4 + 64 * 2  # 512 fp8 NoPE values, an fp32 scale per 128 of them, 64 bf16 RoPE values
+
+
+def test_an_fp8_cache_on_hopper_is_flashmlas_656_byte_entry():
+    """vLLM 0.33.0 on an H200 serves an fp8 cache with FlashMLA's sparse backend (FlashAttention's takes
+    bf16 only), whose cache dtype becomes fp8_ds_mla: 656 bytes a token a layer beside the indexer's 132,
+    blocks of 64; the same KV memory holds 1,284 / 788 times the bf16 pool's tokens."""
+    assert DS_MLA == 656
+    base = dict(model="deepseek-v3.2", gpu="h200", tensor_parallel_size=8)
+    fp8 = kvsim.SimConfig(**base, kv_cache_dtype="fp8")
+    bf16 = kvsim.SimConfig(**base)
+    assert fp8.kv_cache_dtype == "fp8_ds_mla"
+    assert fp8.block_size == 64
+    assert fp8.pool.layout.bytes_per_block == 64 * 61 * (DS_MLA + INDEX) == 3_076_352
+    assert fp8.pool.kv_bytes_per_token == 61 * (DS_MLA + INDEX) == 48_068
+    kv = fp8.pool.kv_cache_bytes
+    assert kv == bf16.pool.kv_cache_bytes  # (the weights and activations do not change)
+    assert fp8.num_blocks == kv // 3_076_352 == 14_411
+    assert bf16.num_blocks == kv // (64 * 61 * (LATENT + INDEX)) == 8_844
+    assert fp8.pool.figures.kv_cache_tokens == 14_411 * 64 == 922_304
+    assert bf16.pool.figures.kv_cache_tokens == 566_016
+    # kvsim.pool_blocks and a Model sized on its own take the same entry
+    assert kvsim.pool_blocks("deepseek-v3.2", "h200", 64, kv_cache_bytes=kv, kv_dtype="fp8") == 14_411
+    assert models.get("deepseek-v3.2").with_kv_dtype("fp8_ds_mla").kv_bytes_per_token == 48_068
+
+
+def test_glm_5_per_40_gib():
+    """GLM-5's 78 layers, each a 656-byte entry and a 132-byte indexer key: 40 GiB hold 10,918 blocks of 64
+    (698,752 tokens) where its bf16 cache holds 6,700 (428,800)."""
+    base = dict(
+        model="glm-5", gpu="h200", tensor_parallel_size=8, quantization="fp8", kv_cache_bytes=40 * 2**30
+    )
+    fp8 = kvsim.SimConfig(**base, kv_cache_dtype="fp8")
+    bf16 = kvsim.SimConfig(**base)
+    assert fp8.pool.layout.bytes_per_block == 64 * 78 * (DS_MLA + INDEX) == 3_933_696
+    assert fp8.num_blocks == 40 * 2**30 // 3_933_696 == 10_918
+    assert fp8.pool.figures.kv_cache_tokens == 698_752
+    assert bf16.num_blocks == 40 * 2**30 // (64 * 78 * (LATENT + INDEX)) == 6_700
+    assert bf16.pool.figures.kv_cache_tokens == 428_800
+
+
+@pytest.mark.parametrize(
+    ("model", "arch", "kv", "stored"),
+    [
+        ("deepseek-v3.2", "sm_90", "fp8", "fp8_ds_mla"),
+        ("deepseek-v3.2", "sm_90", "auto", "auto"),  # (FlashAttention's sparse backend: bf16)
+        ("deepseek-v3.2", "sm_100", "fp8", "fp8"),  # (FlashInfer's: 576-byte fp8 entries)
+        ("deepseek-v3.2", "sm_120", "auto", "fp8_ds_mla"),  # (FlashInfer's SM120 backend: auto is it too)
+        ("deepseek-v3.2", "sm_120", "fp8_e4m3", "fp8_ds_mla"),
+        ("deepseek-v3.2", "sm_120", "bf16", "fp8_ds_mla"),  # (its hook turns bfloat16 into auto)
+        ("glm-5", "sm_120", "auto", "fp8_ds_mla"),
+        ("glm-5", "sm_90", "fp8", "fp8_ds_mla"),
+        ("glm-5", "sm_100", "auto", "fp8"),
+    ],
+)
+def test_the_dtype_vllm_stores(model, arch, kv, stored):
+    g = dataclasses.replace(gpus.get("b200"), arch=arch)
+    cfg = kvsim.SimConfig(
+        model=model, gpu=g, kv_cache_dtype=kv, tensor_parallel_size=8, max_model_len=8192, quantization="fp8"
+    )
+    assert cfg.kv_cache_dtype == stored
+    per_layer = {"fp8_ds_mla": DS_MLA, "fp8": 576, "auto": LATENT}[stored] + INDEX
+    layers = models.get(model).num_layers
+    assert cfg.pool.layout.bytes_per_block == 64 * layers * per_layer
+    assert cfg.block_size == 64
+
+
+def test_flashmla_on_blackwell_where_flashinfer_does_not_take_the_model():
+    """On 10.x FlashInfer's sparse backend, first for fp8, takes a qk_nope_head_dim of 128 or 192 only; for
+    another, FlashMLA's takes fp8 as fp8_ds_mla (656 bytes)."""
+    m = hf_config._from_dict({**_v32(), "qk_nope_head_dim": 64}, "t", "t", "t", None)
+    cfg = kvsim.SimConfig(model=m, gpu="b200", kv_cache_dtype="fp8", tensor_parallel_size=8)
+    assert cfg.kv_cache_dtype == "fp8_ds_mla"
+    assert cfg.pool.layout.bytes_per_block == 64 * 61 * (DS_MLA + INDEX)
+
+
+def test_the_sparse_decode_reads_656_bytes_a_top_k_entry():
+    """The sparse decode reads its top-k entries as stored: 656 bytes each on an H200 with fp8 (1,152 with
+    bf16, 576 with fp8 on a B200), the indexer's 132-byte keys as before; each layer's bytes over HBM."""
+    h200, b200 = gpus.get("h200"), gpus.get("b200")
+    v32 = models.get("deepseek-v3.2")
+
+    def per_key(gpu, kv):
+        rt = roofline_time_model(v32, gpu, tensor_parallel_size=8, kv_cache_dtype=kv)
+        (topk,) = [a for a in rt.attention if a.window == 2048]
+        (index,) = [a for a in rt.attention if a.window == 0]
+        return topk.kv_ps, index.kv_ps, gpu.hbm_bandwidth
+
+    fp8, idx8, hbm = per_key(h200, "fp8")
+    bf16, idx16, _ = per_key(h200, None)
+    assert fp8 == round(61 * 656 / hbm * 1e12) == 8_337
+    assert bf16 == round(61 * 1152 / hbm * 1e12) == 14_640
+    assert idx8 == idx16 == pytest.approx(61 * 132 / hbm * 1e12, abs=1)
+    b_fp8, _, b_hbm = per_key(b200, "fp8")
+    assert b_fp8 == round(61 * 576 / b_hbm * 1e12)
+    # A decode past the top-k: 2,048 entries a layer, 1,343,488 bytes with fp8 against 2,359,296 with bf16.
+    rt8 = roofline_time_model(v32, h200, tensor_parallel_size=8, kv_cache_dtype="fp8")
+    rt16 = roofline_time_model(v32, h200, tensor_parallel_size=8)
+    batch = [(100_000, 1)] * 64
+    saved = rt16.step_ps(batch) - rt8.step_ps(batch)
+    assert saved == pytest.approx(64 * 2048 * (14_640 - 8_337), rel=0.01)
+
+
+def test_kvsim_run_with_an_fp8_cache_on_h200(capsys):
+    from kvsim.cli import main
+
+    argv = ["run", "--model", "deepseek-v3.2", "--gpu", "h200", "-tp", "8", "--kv-cache-dtype", "fp8"]
+    assert main([*argv, "--requests", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "pool: 14,411 blocks × 64 tokens = 922,304 tokens = 41.3 GiB" in out
+    assert "deepseek-v3.2 46.9 KiB per token, tp 8" in out  # (48,068 bytes)
+    assert "vllm: GPU KV cache size: 922,304 tokens" in out
+    assert "kv_cache_dtype=fp8_ds_mla (fp8 given)" in out
+
+
+def test_fp8_ds_mla_is_sparse_mlas_only():
+    with pytest.raises(InvalidArgumentError, match="not this model's cache layout"):
+        models.get("deepseek-v3").with_kv_dtype("fp8_ds_mla")
+    with pytest.raises(InvalidArgumentError, match="not a weight dtype"):
+        models.get("deepseek-v3.2").with_weight_dtype("fp8_ds_mla")

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.dsa import dsa_index_bytes, index_key_bytes
+from kvsim.model.dsa import dsa_index_bytes, index_key_bytes, mla_entry_bits
 from kvsim.model.encoders import Tower
 from kvsim.model.layers import FULL, Layer
 
@@ -36,6 +36,9 @@ DTYPE_BITS: dict[str, int] = {
     "int8": 8,
     "int4": 4,
     "fp4": 4,
+    # FlashMLA's fp8_ds_mla (sparse MLA, `kvsim.model.dsa.FP8_DS_MLA`): its NoPE values' 8 bits; an entry's
+    # bytes are its own, 656 (`kvsim.model.dsa.mla_entry_bits`)
+    "fp8_ds_mla": 8,
 }
 
 
@@ -157,6 +160,8 @@ class Model:
 
     def __post_init__(self) -> None:
         dtype_bits(self.weight_dtype)
+        if self.weight_dtype == "fp8_ds_mla":
+            raise InvalidArgumentError("fp8_ds_mla is a KV cache layout (sparse MLA's), not a weight dtype")
         dtype_bits(self.kv_dtype)
         if self.layers and len(self.layers) != self.num_layers:
             raise InvalidArgumentError(
@@ -201,7 +206,9 @@ class Model:
         if self.is_mla:
             # One latent per token in each attention layer (Kimi-Linear's KDA layers keep a state instead).
             attention = sum(lay.kind not in ("mamba", "shared", "none") for lay in self.layer_list())
-            bits = attention * (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bits(self.kv_dtype)
+            # (FlashMLA's fp8_ds_mla entry for sparse MLA: 656 bytes, `kvsim.model.dsa.mla_entry_bits`)
+            width = self.kv_lora_rank + self.qk_rope_head_dim
+            bits = attention * mla_entry_bits(width, self.kv_dtype, dtype_bits(self.kv_dtype))
             # DeepSeek-V3.2's indexer keys: index_head_dim fp8 values and an fp32 scale per 128, a layer
             index = sum(
                 dsa_index_bytes(lay.index_head_dim)
@@ -269,6 +276,11 @@ class Model:
         spellings such as `"bfloat16"` are taken too)."""
         kv_dtype = _HF_DTYPES.get(kv_dtype, kv_dtype)
         dtype_bits(kv_dtype)
+        if kv_dtype == "fp8_ds_mla" and not (self.is_mla and self.is_dsa):
+            raise InvalidArgumentError(
+                f"model {self.name}: fp8_ds_mla is FlashMLA's sparse MLA entry (DeepSeek-V3.2's, GLM-5's), not "
+                "this model's cache layout"
+            )
         return dataclasses.replace(self, kv_dtype=kv_dtype)
 
     def with_weight_dtype(self, weight_dtype: str) -> Model:

@@ -350,13 +350,14 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
         bs = DEFAULT_BLOCK_SIZE
         if self.model is not None and self.gpu is not None:
             from kvsim.model.gpus import resolve as resolve_gpu
-            from kvsim.model.layers import mla_default_block_size
+            from kvsim.model.layers import fa4_fp8_block_size, mla_default_block_size
             from kvsim.model.models import resolve
 
             m = resolve(self.model)
-            if m.is_mla:
-                kv = m.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
-                bs = mla_default_block_size(m, resolve_gpu(self.gpu).arch, kv)
+            kv = m.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+            arch = resolve_gpu(self.gpu).arch
+            # (not MLA: FlashAttention 4's 64-token fp8 pages for 512-wide heads on 9.x, Gemma 4 with fp8)
+            bs = mla_default_block_size(m, arch, kv) if m.is_mla else fa4_fp8_block_size(m, arch, kv) or bs
         object.__setattr__(self, "block_size", bs)
 
     def _check_context(self) -> None:

@@ -23,51 +23,100 @@ def dsa_index_bytes(index_head_dim: int) -> int:
 DSA_CUDA_BLOCK = 64
 
 
+# FlashMLA's `fp8_ds_mla` entry, one a token a layer (vLLM 0.33.0, `v1/attention/backends/mla/flashmla_sparse.py`
+# 76-87: 512 fp8 e4m3 NoPE values, 4 fp32 scales (one per 128 of them), 64 bf16 RoPE values = 512 + 16 + 128;
+# `model_executor/layers/attention/mla_attention.py` 1386, `MLAAttention.get_kv_cache_spec`: the spec's
+# `state_content_bytes`, its page `block_size` × 656, `v1/kv_cache_interface.py` 586-601). The dtype kvsim
+# keeps for it is vLLM's own name: `_canonicalize_sparse_mla_kv_cache_dtype` (`mla_attention.py` 359-376) turns
+# the cache dtype into it where FlashMLA's sparse backend (an fp8 cache) or FlashInfer's SM120 one (auto, fp8,
+# fp8_e4m3) serves the model.
+FP8_DS_MLA = "fp8_ds_mla"
+FP8_DS_MLA_BYTES = 656
+
+
+def mla_entry_bits(width: int, kv_dtype: str, bits: int) -> int:
+    """Bits one token's MLA latent takes in one layer: 656 bytes' in FlashMLA's `fp8_ds_mla` layout
+    (`FP8_DS_MLA_BYTES`), else its `width` values of `bits` each (`kv_dtype`'s)."""
+    return 8 * FP8_DS_MLA_BYTES if kv_dtype == FP8_DS_MLA else width * bits
+
+
+def _sm_major(arch: str | None) -> int:
+    """A CUDA arch's compute capability major (`sm_90` 9, `sm_100` 10, `sm_120` 12); 0 for none, ROCm's or
+    one not spelt sm_XY."""
+    if arch is None or not arch.startswith("sm_") or not arch[3:].isdigit() or len(arch) <= 4:
+        return 0
+    return int(arch[3:-1])
+
+
 def dsa_kv_dtype(model: Any, arch: str | None, kv_dtype: str | None) -> str | None:
     """The KV cache dtype vLLM 0.33.0 gives a sparse-attention model on `arch` for `kv_dtype` (None or auto:
-    the model's): GLM-5 (`glm_moe_dsa`) takes fp8 on compute capability 10.x (`GlmMoeDsaForCausalLM.
-    verify_and_update_config`, "Using fp8 kv-cache for GlmMoeDsaForCausalLM on SM10x"); else unchanged."""
-    if kv_dtype in (None, "auto") and model.model_type == "glm_moe_dsa" and (arch or "").startswith("sm_10"):
-        return "fp8"
+    the model's), as its engine ends with it:
+
+    - GLM-5 (`glm_moe_dsa`) takes fp8 on compute capability 10.x (`model_executor/models/config.py` 89-101,
+      `GlmMoeDsaForCausalLM.verify_and_update_config`: auto becomes fp8_e4m3, "Using fp8 kv-cache for
+      GlmMoeDsaForCausalLM on SM10x"; kvsim's fp8, the same e4m3 values).
+    - `fp8_ds_mla` (`FP8_DS_MLA`) where the backend vLLM picks stores FlashMLA's 656-byte entries
+      (`model_executor/layers/attention/mla_attention.py` 359-376, `_canonicalize_sparse_mla_kv_cache_dtype`):
+      on 9.x an fp8 cache, which FlashAttention's sparse MLA backend does not take
+      (`flashattn_mla_sparse.py` 43-47, 97-100) and FlashMLA's sparse backend, next in the list
+      (`platforms/cuda.py` 139-151), does (`flashmla_sparse.py` 149-155: "fp8", its alias for fp8_ds_mla);
+      on 10.x an fp8 cache of a model FlashInfer's sparse backend (first for fp8, `cuda.py` 100-105) does not
+      take, a `qk_nope_head_dim` other than 128 and 192 (`flashinfer_mla_sparse.py` 137-156), so FlashMLA's;
+      on 12.x auto, fp8 and fp8_e4m3 (FlashInfer's SM120 sparse backend, the only sparse one there, `cuda.py`
+      135-139, `flashinfer_mla_sparse.py` 164-241), and bf16, which DeepSeek-V3.2's hook makes auto
+      (`models/config.py` 74-86, "Using bfloat16 kv-cache for DeepSeekV3.2"; GLM-5 has no such hook).
+    - Else unchanged. Which dtypes no backend takes is `dsa_block_size`'s to refuse.
+    """
+    major = _sm_major(arch)
+    if kv_dtype in (None, "auto") and model.model_type == "glm_moe_dsa" and major == 10:
+        # (vLLM's fp8_e4m3: FlashMLA's sparse backend, the one after FlashInfer's, does not list that
+        # spelling, so a model FlashInfer's does not take is refused, `dsa_block_size`)
+        return "fp8" if model.qk_nope_head_dim in (128, 192) else "fp8_e4m3"
+    if kv_dtype == FP8_DS_MLA or not model.is_mla:
+        return kv_dtype
+    if major == 12:
+        take = ("auto", "fp8", "fp8_e4m3") + (
+            ("bf16", "bfloat16") if model.model_type == "deepseek_v32" else ()
+        )
+        return FP8_DS_MLA if (kv_dtype or "auto") in take and model.kv_dtype == "bf16" else kv_dtype
+    if kv_dtype == "fp8" and (major == 9 or (major == 10 and model.qk_nope_head_dim not in (128, 192))):
+        return FP8_DS_MLA
     return kv_dtype
 
 
 def dsa_block_size(model: Any, arch: str | None, kv_dtype: str, block_size: int | None) -> int:
     """A sparse-attention model's block size on `arch` (None: a GPU not named, taken as CUDA's, vLLM's
     wheel): `block_size` when given, else 64 on CUDA (the indexer's only kernel block, which every sparse
-    MLA backend takes) and 16 on ROCm (vLLM's default; its indexer takes multiples of 16). `kv_dtype` is
-    the cache's (`dsa_kv_dtype` applied).
+    MLA backend takes: FlashMLA's `MultipleOf(64)`, or exactly 64 for its fp8 cache on 10.x, and FlashInfer's
+    SM120 backend's `MultipleOf(64)`, `flashmla_sparse.py` 157-164, `flashinfer_mla_sparse.py` 179-181) and 16
+    on ROCm (vLLM's default; its indexer takes multiples of 16). `kv_dtype` is the cache's (`dsa_kv_dtype`
+    applied; auto as the model's).
 
     Raises:
         InvalidArgumentError: what vLLM 0.33.0 refuses or kvsim does not model, named: on CUDA a block size
-            that is not a multiple of 64, a compute capability other than 9.x and 10.x (below 9: no sparse
-            MLA backend, "No valid attention backend found"; 12.x: FlashInfer's SM120 backend stores
-            FlashMLA's 656-byte `fp8_ds_mla` entries whatever the dtype; others: none), a latent other
-            than 512 + 64 wide (the sparse kernels' only one), `fp8_e5m2` and `fp32` (no sparse backend, CUDA's
-            or ROCm's, takes them); an
-            fp8 cache where the backend vLLM picks stores `fp8_ds_mla` entries (9.x's FlashMLA; 10.x's
-            FlashMLA where FlashInfer's backend does not take the model, a `qk_nope_head_dim` other than 128
-            and 192) or where no GPU is named (the layout depends on it).
+            that is not a multiple of 64, a compute capability other than 9.x, 10.x and 12.x (below 9: no
+            sparse MLA backend, "No valid attention backend found"; others: none), a latent other than
+            512 + 64 wide (the sparse kernels' only one), `fp8_e5m2` and `fp32` (no sparse backend, CUDA's or
+            ROCm's, takes them); on 12.x a dtype FlashInfer's SM120 backend does not take (fp16; GLM-5's bf16)
+            or a model it refuses (`index_topk` other than 2,048, a model dtype other than bf16); `fp8_e4m3`
+            where FlashMLA's sparse backend would be the one (9.x: it does not list that spelling, and the
+            FlashInfer SM90 backend after it needs a FlashInfer build kvsim does not assume; 10.x with a
+            `qk_nope_head_dim` FlashInfer's does not take: none); an fp8 cache where no GPU is named (the
+            layout depends on it).
     """
     rocm = arch is not None and arch.startswith("gfx")
     where = f"model {model.name}" + (f" on {arch}" if arch else "")
     fp8 = kv_dtype.startswith("fp8")
     major = 0
     if arch is not None and arch.startswith("sm_"):
-        major = int(arch[3:-1]) if arch[3:].isdigit() and len(arch) > 4 else 0
+        major = _sm_major(arch)
         if major < 9:
             raise InvalidArgumentError(
                 f"{where}: sparse MLA (DeepSeek-V3.2's attention) has no attention backend below compute capability "
                 '9.0 in vLLM 0.33.0 ("No valid attention backend found"; FlashMLA, FlashAttention and FlashInfer\'s '
                 "sparse kernels need Hopper or later)"
             )
-        if major == 12:
-            raise InvalidArgumentError(
-                f"{where}: vLLM 0.33.0 serves sparse MLA on compute capability 12.x with FlashInfer's SM120 sparse "
-                "backend, which stores FlashMLA's 656-byte fp8_ds_mla entries whatever the KV dtype: that layout "
-                "is not modelled"
-            )
-        if major not in (9, 10):
+        if major not in (9, 10, 12):
             raise InvalidArgumentError(
                 f"{where}: vLLM 0.33.0 has sparse MLA backends for compute capability 9.x, 10.x and 12.x only"
             )
@@ -84,25 +133,33 @@ def dsa_block_size(model: Any, arch: str | None, kv_dtype: str, block_size: int 
             f"{where}: kv_cache_dtype {kv_dtype}: none of vLLM 0.33.0's sparse MLA backends takes it (their "
             "supported_kv_cache_dtypes: auto, float16, bfloat16 and fp8 as e4m3; FlashMLA's its fp8_ds_mla)"
         )
-    if fp8 and not rocm:
+    topk = model.config_fields.get("index_topk")
+    if major == 12 and (kv_dtype != FP8_DS_MLA or topk != 2048 or model.kv_dtype != "bf16"):
+        why = (
+            f"index_topk {topk} (it takes 2,048 only)"
+            if topk != 2048
+            else f"a model dtype of {model.kv_dtype} (it takes bfloat16 only)"
+            if model.kv_dtype != "bf16"
+            else f"kv_cache_dtype {kv_dtype} (it takes auto, fp8, fp8_e4m3 and fp8_ds_mla)"
+        )
+        raise InvalidArgumentError(
+            f"{where}: vLLM 0.33.0's one sparse MLA backend on compute capability 12.x, FlashInfer's SM120 "
+            f"(flashinfer_mla_sparse.py, FlashInferMLASparseSM120Backend), refuses {why}: no backend would be found"
+        )
+    if fp8 and kv_dtype != FP8_DS_MLA and not rocm:
         nope = model.qk_nope_head_dim
         if major == 0:
             ask = "name the GPU" if arch is None else "give the GPU's arch (sm_XY)"
             raise InvalidArgumentError(
                 f"{where}: an fp8 KV cache for sparse MLA takes a layout that depends on the GPU (576 bytes an "
-                f"entry on compute capability 10.x, FlashMLA's 656 on 9.x): {ask}"
+                f"entry on compute capability 10.x, FlashMLA's 656 on 9.x and 12.x): {ask}"
             )
-        why = ""
-        if major == 9:
-            why = "FlashMLA's 656-byte fp8_ds_mla layout on compute capability 9.x (its sparse backend)"
-        elif nope not in (128, 192):
-            why = (
-                f"FlashMLA's 656-byte fp8_ds_mla layout on 10.x for a qk_nope_head_dim of {nope} (FlashInfer's "
-                "sparse backend, first for fp8, takes 128 and 192)"
-            )
-        if why:
+        if major == 9 or nope not in (128, 192):
+            on = "9.x" if major == 9 else f"10.x for a qk_nope_head_dim of {nope}"
             raise InvalidArgumentError(
-                f"{where}: an fp8 KV cache for sparse MLA is {why}, which is not modelled"
+                f"{where}: kv_cache_dtype {kv_dtype} on compute capability {on}: vLLM 0.33.0's FlashMLA sparse "
+                "backend takes fp8 (its alias for fp8_ds_mla), not this spelling, and the backend after it "
+                "(FlashInfer's SM90 sparse one, which needs FlashInfer 0.6.18 or later) is not modelled: give fp8"
             )
     if block_size is None:
         return 16 if rocm else DSA_CUDA_BLOCK
@@ -313,6 +370,8 @@ def resolve(
 
 __all__ = [
     "DSA_CUDA_BLOCK",
+    "FP8_DS_MLA",
+    "FP8_DS_MLA_BYTES",
     "MINIMAX_M3_BLOCK",
     "MINIMAX_M3_TYPES",
     "MiniMaxM3Sparse",
@@ -322,5 +381,6 @@ __all__ = [
     "index_key_bytes",
     "minimax_m3_block_size",
     "minimax_m3_sparse",
+    "mla_entry_bits",
     "resolve",
 ]

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
-from kvsim.model.dsa import dsa_index_bytes, index_key_bytes
+from kvsim.model.dsa import dsa_index_bytes, index_key_bytes, mla_entry_bits
 
 # kvsim's token limit (the knobs' bound on token counts, `knob_table.MAX_TOKENS`, which is this one):
 # also the most tokens a block may hold.
@@ -102,6 +102,50 @@ def mla_default_block_size(model: Any, arch: str, kv_dtype: str) -> int:
             )
         return 32
     return 64 if fp8 else 16
+
+
+# FlashAttention 4's fp8 page on 9.x (vLLM 0.33.0, `v1/attention/backends/flash_attn.py` 300-326,
+# `_get_sm90_fa4_fp8_kv_block_size`: "The SM90 FP8-KV-dequant kernel uses a 64-token TMA tile/page").
+FA4_FP8_BLOCK = 64
+# The head width that takes it: FlashAttention 3 takes heads up to 256 on 9.x, so vLLM upgrades a wider one
+# to FlashAttention 4 (`v1/attention/backends/fa_utils.py` 139-166; FA4 present in vLLM's wheel, whose
+# `vllm_flash_attn/cute/interface.py` makes `FA4_AVAILABLE`, `vllm_flash_attn/flash_attn_interface.py` 32-45,
+# 72-86: 9.x, 10.x, 11.x), and the fp8 page rule names 512 only.
+FA4_FP8_HEAD = 512
+
+
+def fa4_fp8_block_size(model: Any, arch: str | None, kv_dtype: str) -> int | None:
+    """64 where vLLM 0.33.0's FlashAttention backend reads an fp8 cache in FlashAttention 4's 64-token pages:
+    compute capability 9.x, a `kv_dtype` of fp8 or fp8_e4m3, and a model whose widest attention head (vLLM's
+    `ModelConfig.get_head_size`: the largest layer's, `config/model_arch.py` 94-133) is 512, as Gemma 4's
+    global layers. Then `FlashAttentionBackend.get_preferred_block_size` returns 64 for the cache block
+    (`flash_attn.py` 372-374) and the 512-wide layers' only kernel block is 64 (`get_supported_kernel_block_sizes`,
+    356-366); narrower layers keep multiples of 16. None elsewhere (an MLA model: its own backends)."""
+    if model.is_mla or not (arch or "").startswith("sm_9") or kv_dtype not in ("fp8", "fp8_e4m3"):
+        return None
+    heads = [
+        lay.head_dim or model.head_dim for lay in model.layer_list() if lay.kind not in ("mamba", "none")
+    ]
+    return FA4_FP8_BLOCK if heads and max(heads) == FA4_FP8_HEAD else None
+
+
+def _check_fa4_fp8_blocks(
+    model: Any, layers: list[Layer], gpu_arch: str | None, blocks: list[tuple[int, int]]
+) -> None:
+    """Refuses a layout whose 512-wide layers' block (`blocks`: layer index and its group's block) is not a
+    multiple of FlashAttention 4's 64-token fp8 page where vLLM 0.33.0 reads their cache with it
+    (`fa4_fp8_block_size`): no kernel block divides it (a `--block-size` given that vLLM refuses)."""
+    if fa4_fp8_block_size(model, gpu_arch, model.kv_dtype) is None:
+        return
+    for i, bs in blocks:
+        if (layers[i].head_dim or model.head_dim) == FA4_FP8_HEAD and bs % FA4_FP8_BLOCK:
+            raise InvalidArgumentError(
+                f"model {model.name} on {gpu_arch}: its {FA4_FP8_HEAD}-wide layers (layer {i}) would take blocks "
+                f"of {bs} tokens, not a multiple of {FA4_FP8_BLOCK}: vLLM 0.33.0 serves them with "
+                f"FlashAttention 4, which reads an fp8 cache in {FA4_FP8_BLOCK}-token pages only on compute "
+                "capability 9.x (flash_attn.py, _get_sm90_fa4_fp8_kv_block_size): no kernel block fits; leave "
+                "block_size unset or give one that makes them a multiple of 64"
+            )
 
 
 # The gated delta net's prefill kernel (vLLM 0.33.0, `vllm/model_executor/layers/mamba/gdn/
@@ -429,7 +473,8 @@ def _attention_page(layer: Layer, model: Any, tp: int, kv_bits: int, block_size:
             # DeepSeek-V3.2: the layer's indexer key cache (uint8, one copy a GPU) joins its latent's group
             # (`UniformTypeKVCacheSpecs`): a block takes both pages.
             index = block_size * dsa_index_bytes(layer.index_head_dim)
-            return block_size * width * kv_bits // 8 + index
+            # (an fp8_ds_mla entry: 656 bytes whatever the bits, `kvsim.model.dsa.mla_entry_bits`)
+            return block_size * mla_entry_bits(width, model.kv_dtype, kv_bits) // 8 + index
     else:
         heads = layer.num_kv_heads or model.num_kv_heads
         heads = max(1, heads // tp)  # ModelConfig.get_num_kv_heads: replicated when tp > heads
@@ -634,6 +679,7 @@ def kv_layout(
         group = _with_checkpoints(
             KVGroup(kind, window, bs, len(specs), ids, specs[0][1][3], page_sum), layers
         )
+        _check_fa4_fp8_blocks(model, layers, gpu_arch, [(i, bs) for i, _ in specs])
         return KVLayout((group,), page_sum, attn_bs, bs, align, promoted, tuple(notes))
     # unify_kv_cache_spec_page_size: the smaller pages grow to the largest by a larger block size (or, for
     # a page that does not divide it, padding).
@@ -651,6 +697,7 @@ def kv_layout(
                     f"({max_page} B) and an MLA page cannot be padded (vLLM refuses this layout)"
                 )
         unified.append((i, (kind, window, bs, max_page if kind == "mamba" else page)))
+    _check_fa4_fp8_blocks(model, layers, gpu_arch, [(i, spec[2]) for i, spec in unified])
     buckets: dict[tuple[str, int, int, int], list[int]] = {}
     for i, spec in unified:
         buckets.setdefault(spec, []).append(i)
@@ -679,6 +726,7 @@ def kv_layout(
 
 
 __all__ = [
+    "FA4_FP8_BLOCK",
     "FULL",
     "GROUP_KINDS",
     "KERNEL_BLOCK_ALIGNMENT",
@@ -690,5 +738,6 @@ __all__ = [
     "KVLayout",
     "Layer",
     "MambaState",
+    "fa4_fp8_block_size",
     "kv_layout",
 ]

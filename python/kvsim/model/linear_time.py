@@ -109,6 +109,11 @@ def linear_time_model(
     tp, dp = tensor_parallel_size, data_parallel_size
     # gpt-oss's MXFP4 experts as vLLM's backend on this GPU pads them: streamed and multiplied.
     mx = mxfp4_padding(m, g.arch, tp, tp * dp if expert_parallel and m.num_experts else 0, dp)
+    if m.is_mla and m.is_dsa:
+        # (sparse MLA's cache as vLLM 0.33.0 keeps it on this GPU, as the pool's: `kvsim.model.dsa.dsa_kv_dtype`)
+        from kvsim.model.dsa import dsa_kv_dtype
+
+        kv_dtype = dsa_kv_dtype(m, g.arch, kv_dtype)
     m = shard(m, kv_dtype, tp, data_parallel_size=dp, expert_parallel=expert_parallel)
     # Per token of this rank: every DP rank's tokens reach the GPU's share of the experts.
     pad_active = mx.elements * m.experts_per_token * dp // m.num_experts if mx.elements else 0

@@ -21,7 +21,7 @@ from kvsim.model.collectives import (
     moe_collectives,
     peer_bandwidth,
 )
-from kvsim.model.dsa import dsa_index_bytes, index_key_bytes, minimax_m3_sparse
+from kvsim.model.dsa import dsa_index_bytes, dsa_kv_dtype, index_key_bytes, minimax_m3_sparse, mla_entry_bits
 from kvsim.model.gpus import Gpu
 from kvsim.model.knobs import MAX_COEFFICIENT_PS
 from kvsim.model.layers import Layer
@@ -280,7 +280,14 @@ def roofline_time_model(
     )
 
     # Attention classes from each layer's kind.
-    kv_bits = dtype_bits(kv_cache_dtype) if kv_cache_dtype else dtype_bits(model.kv_dtype)
+    if model.is_mla and model.is_dsa:
+        # Sparse MLA's cache dtype as vLLM 0.33.0 ends with it on this GPU (`kvsim.model.dsa.dsa_kv_dtype`:
+        # FlashMLA's 656-byte fp8_ds_mla entries for fp8 on 9.x, for auto and fp8 on 12.x), as the pool's
+        kv_cache_dtype = dsa_kv_dtype(model, gpu.arch, kv_cache_dtype)
+        if kv_cache_dtype == "auto":
+            kv_cache_dtype = None
+    kv_name = kv_cache_dtype or model.kv_dtype
+    kv_bits = dtype_bits(kv_name)
     classes: dict[tuple[int, int], list[float]] = {}
 
     def add_class(
@@ -348,7 +355,12 @@ def roofline_time_model(
                     f"model {model.name}: sparse-attention layers (index_heads) without the config's index_topk"
                 )
             parts = [
-                (SLIDING, topk, width * kv_bits / 8, 2.0 * heads * width + 2 * heads * model.kv_lora_rank)
+                (
+                    SLIDING,
+                    topk,
+                    mla_entry_bits(width, kv_name, kv_bits) / 8,
+                    2.0 * heads * width + 2 * heads * model.kv_lora_rank,
+                )
             ]
             if lay.index_head_dim:
                 # (its scores are an fp8 x fp8 product, `fp8_fp4_mqa_logits`: counted at the fp8 rate, in
