@@ -109,7 +109,8 @@ def linear_time_model(
     tp, dp = tensor_parallel_size, data_parallel_size
     # gpt-oss's MXFP4 experts as vLLM's backend on this GPU pads them: streamed and multiplied.
     mx = mxfp4_padding(m, g.arch, tp, tp * dp if expert_parallel and m.num_experts else 0, dp)
-    m = shard(m, kv_dtype, tp, data_parallel_size=dp, expert_parallel=expert_parallel)
+    rocm = (g.arch or "").startswith("gfx")
+    m = shard(m, kv_dtype, tp, data_parallel_size=dp, expert_parallel=expert_parallel, rocm=rocm)
     # Per token of this rank: every DP rank's tokens reach the GPU's share of the experts.
     pad_active = mx.elements * m.experts_per_token * dp // m.num_experts if mx.elements else 0
     for name, value in (
