@@ -120,3 +120,14 @@ def test_pool_line_counts_them():
     ep = kvsim.SimConfig(**base, enable_expert_parallel=True)
     no = kvsim.SimConfig(**base)
     assert ep.pool.weight_bytes - no.pool.weight_bytes == 12_079_595_520 * 3 // 4
+
+
+def test_linear_model_multiplies_the_moe_blocks_whole_matrices_on_a_tp_th():
+    """The linear model's parameters a token multiplies (`Model.num_active_params` of a GPU's share): under
+    the sequence-parallel MoE DeepSeek-V3's routers (58 x 256 x 7,168 = 106,430,464, whole on every GPU) run
+    on an eighth of the rank's tokens, 7/8 of them fewer a token at tp 8, dp 2; the shared experts stay an
+    eighth a token (whole weights, an eighth of the tokens)."""
+    m = kvsim.models.get("deepseek-v3")
+    sp = shard(m, None, 8, data_parallel_size=2, expert_parallel=True).num_active_params
+    split = shard(m, None, 8, data_parallel_size=2).num_active_params
+    assert split - sp == 106_430_464 * 7 // 8 == 93_126_656

@@ -17,7 +17,7 @@ import math
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 from kvsim.model import quant
 from kvsim.model.architecture import dtype_bits
-from kvsim.model.collectives import sequence_parallel_replicated
+from kvsim.model.collectives import sequence_parallel_moe, sequence_parallel_replicated
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.models import Model
@@ -732,6 +732,16 @@ def shard(
             num_params=-(-rest_params // tp) + -(-experts_params // n) + held_params + sp_params,
             weight_bytes=-(-rest_bytes // tp) + -(-experts_bytes // n) + held_bytes + sp_bytes,
         )
+        if sequence_parallel_moe(m, tp, dp, expert_parallel, rocm):
+            # The MoE block's matrices held whole anyway (routers, Qwen's shared-expert gate, Kimi-K3's and
+            # Nemotron-H's latent projections: the whole part of `mlp`, `shared_experts`, `router`) multiply
+            # the GPU's tp-th of the rank's tokens: a tp-th a token of the rank, as the roofline's
+            # `dense_flop_tok` has them.
+            loaded = _loaded_groups(m)
+            moe_whole = sum(loaded[g].whole_params for g in ("mlp", "shared_experts", "router"))
+            out = dataclasses.replace(
+                out, num_active_params=out.num_active_params - moe_whole + -(-moe_whole // tp)
+            )
     if pad_bytes:
         # Kimi-Linear's padded experts (`padded_expert_width`): allocated, read and multiplied; the
         # parameters stay the checkpoint's, the tokens' multiplications count the zeros (`num_active_params`),
