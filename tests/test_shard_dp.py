@@ -278,7 +278,13 @@ def test_deepseek_v3_takes_data_and_expert_parallelism(capsys):
     assert shard(m, None, 8).param_bytes == -(-(rest + experts) // 8) + whole
     dp2 = shard(m, None, 8, data_parallel_size=2).param_bytes
     assert dp2 == -(-rest // 8) + -(-experts // 16) + whole
-    assert shard(m, None, 8, data_parallel_size=2, expert_parallel=True).param_bytes == dp2
+    # Expert parallelism at tp 8, dp 2: vLLM 0.33.0's sequence-parallel MoE, under which each MoE layer's one
+    # shared expert (a routed expert's shape: `DeepseekV2MLP` with `disable_tp`, deepseek_v2.py L261-277,
+    # L364-372) lies whole on every GPU: 58 x one more than its eighth.
+    shared = layers * one
+    ep = shard(m, None, 8, data_parallel_size=2, expert_parallel=True).param_bytes
+    assert ep == -(-(rest - shared) // 8) + -(-experts // 16) + whole + shared
+    assert ep - dp2 == shared * 7 // 8 == 2_235_585_408  # 2.08 GiB
     assert shard(m, None, 8, expert_parallel=True).param_bytes == -(-rest // 8) + -(-experts // 8) + whole
     base = dict(model="deepseek-v3", gpu="h200", tensor_parallel_size=8)
     alone = kvsim.SimConfig(**base)

@@ -204,6 +204,55 @@ SEQUENCE_PARALLEL_MOE: dict[str, str] = {
 # departure, DESIGN.md.)
 SEQUENCE_PARALLEL_MOE_ROCM: dict[str, str] = {"deepseek_v4": "", "kimi_linear": ""}
 
+# The weight groups (`kvsim.model.params.GROUPS`) vLLM 0.33.0 builds whole on every GPU under the
+# sequence-parallel MoE (`disable_tp`: every GPU runs them on its own tp-th of the rank's tokens), where
+# tensor parallelism splits them otherwise, by `model_type` (a model that opts in but is not listed replicates
+# nothing more: Qwen3-MoE, Qwen3-VL-MoE, gpt-oss, Granite MoE and MiMo-V2 have no shared experts, and their
+# MoE blocks build nothing else with it):
+#
+# - DeepSeek-V2 / V3 (Kimi-K2): the shared experts, `DeepseekV2MoE` L312 (`is_sequence_parallel` the
+#   config's `use_sequence_parallel_moe`) → `DeepseekV2MLP` L364-372, whose `gate_up_proj` and `down_proj`
+#   take `disable_tp=is_sequence_parallel` (`deepseek_v2.py` L261-277); the dense layers' `DeepseekV2MLP`
+#   (L1339-1345) is built without it: split.
+# - DeepSeek-V3.2 and GLM-5 on CUDA: the shared experts (the same `DeepseekV2MoE`, L97-104) and the dense
+#   layers' MLP (`models/deepseek_v32/nvidia/model.py` L78-81, L106-115: `is_sequence_parallel=
+#   self.use_sequence_parallel`). On ROCm (`models/deepseek_v32/amd/model.py`) the dense MLP is built
+#   without it (L96-103): the shared experts only (`SEQUENCE_PARALLEL_REPLICATED_ROCM`).
+# - DeepSeek-V4: the shared experts (`models/deepseek_v4/nvidia/model.py` L323-334 → `DeepseekV4MLP`
+#   L153-168 `disable_tp=is_sequence_parallel`; every layer is a MoE layer). Its ROCm file does not opt in.
+# - Kimi-Linear / Kimi-K3: the shared experts and the dense MLP (`models/kimi_k3/nvidia/model.py` `KimiMLP`
+#   L233-258: `replicate = use_sequence_parallel and not shard_sequence_parallel`; shared experts L449-462,
+#   the dense MLP L779-785), unless `VLLM_KIMI_K3_SHARD_SP_SHARED_EXPERT=1` (`envs.py` L1650-1660, off by
+#   default; `shard_sequence_parallel_mlp` L142-159, and for the shared experts a DeepEP-v2 or MegaMoE
+#   backend, L162-173), which kvsim does not model. Its ROCm file does not opt in.
+# - Llama 4: the shared expert (`llama4.py` L95, L107-116 `disable_tp=self.is_sequence_parallel`); its dense
+#   layers' `LlamaMLP` stays split.
+# - Nemotron-H: the MoE blocks' shared experts (`nemotron_h.py` `NemotronHMoE` L157, L185-192 →
+#   `NemotronHMLP` L109-124 `disable_tp=is_sequence_parallel`; its latent projections, L198-213, are
+#   `ReplicatedLinear`s, whole anyway); the `-` MLP blocks (L307-313) stay split.
+# - Qwen3-Next and Qwen3.5 MoE: the shared expert (`qwen3_next.py` L150, L211-221 → `Qwen2MoeMLP`,
+#   `qwen2_moe.py` L90: `disable_tp = disable_tp or is_sequence_parallel`; `qwen3_5.py` L173 builds the same
+#   `Qwen3NextSparseMoeBlock`), at whichever pattern (`BLOCK` under `mlp_only_layers` too). AITER's fused
+#   shared expert (ROCm, L152-159) is not modelled.
+SEQUENCE_PARALLEL_REPLICATED: dict[str, tuple[str, ...]] = {
+    "deepseek_v2": ("shared_experts",),
+    "deepseek_v3": ("shared_experts",),
+    "deepseek_v32": ("shared_experts", "mlp"),
+    "glm_moe_dsa": ("shared_experts", "mlp"),
+    "deepseek_v4": ("shared_experts",),
+    "kimi_linear": ("shared_experts", "mlp"),
+    "llama4": ("shared_experts",),
+    "llama4_text": ("shared_experts",),
+    "nemotron_h": ("shared_experts",),
+    "qwen3_next": ("shared_experts",),
+    "qwen3_5_moe": ("shared_experts",),
+    "qwen3_5_moe_text": ("shared_experts",),
+}
+SEQUENCE_PARALLEL_REPLICATED_ROCM: dict[str, tuple[str, ...]] = {
+    "deepseek_v32": ("shared_experts",),
+    "glm_moe_dsa": ("shared_experts",),
+}
+
 
 # The all-gather at the end of an `EVERY_LAYER` model: the final hidden state (1 width), but DeepSeek-V4's
 # `hc_mult` hyper-connection streams (`models/deepseek_v4/nvidia/model.py` L1021-1034: the all-gather runs
@@ -271,6 +320,32 @@ def sequence_parallel_pattern(model: object, rocm: bool = False) -> str:
         if cfg.get("mlp_only_layers") or (cfg.get("decoder_sparse_step") or 1) != 1:
             pattern = BLOCK  # (`_should_use_sequence_parallel` False: the MoE block's own chunk and gather)
     return pattern
+
+
+def sequence_parallel_moe(model: object, tp: int, dp: int, expert_parallel: bool, rocm: bool = False) -> bool:
+    """Whether vLLM 0.33.0 runs `model`'s MoE layers sequence-parallel at `tp` x `dp`: expert parallelism,
+    tp > 1, dp > 1 (`ParallelConfig.use_sequence_parallel_moe`) and a model file that opts in
+    (`sequence_parallel_pattern`)."""
+    return (
+        bool(getattr(model, "num_experts", 0))
+        and bool(sequence_parallel_pattern(model, rocm))
+        and expert_parallel
+        and tp > 1
+        and dp > 1
+    )
+
+
+def sequence_parallel_replicated(
+    model: object, tp: int, dp: int, expert_parallel: bool, rocm: bool = False
+) -> tuple[str, ...]:
+    """The weight groups `model` holds whole on every GPU at `tp` x `dp` (`SEQUENCE_PARALLEL_REPLICATED`, on
+    ROCm `SEQUENCE_PARALLEL_REPLICATED_ROCM` first): () outside the sequence-parallel MoE."""
+    if not sequence_parallel_moe(model, tp, dp, expert_parallel, rocm):
+        return ()
+    model_type = getattr(model, "model_type", "") or ""
+    if rocm and model_type in SEQUENCE_PARALLEL_REPLICATED_ROCM:
+        return SEQUENCE_PARALLEL_REPLICATED_ROCM[model_type]
+    return SEQUENCE_PARALLEL_REPLICATED.get(model_type, ())
 
 
 def tp_all_reduces(model: object, moe_flags: tuple[bool, ...]) -> tuple[int, ...]:
@@ -374,7 +449,7 @@ def _moe_collectives(
     num_experts = getattr(model, "num_experts", 0)
     ars = tp_all_reduces(model, moe_flags)
     pattern = sequence_parallel_pattern(model, rocm) if num_experts else ""
-    sp = bool(num_experts) and bool(pattern) and expert_parallel and tp > 1 and dp > 1
+    sp = sequence_parallel_moe(model, tp, dp, expert_parallel, rocm)
     if not num_experts or dp == 1:
         gather, stride, share = 1, 1, (0, 1)
     elif sp:

@@ -114,7 +114,8 @@ def linear_time_model(
         from kvsim.model.dsa import dsa_kv_dtype
 
         kv_dtype = dsa_kv_dtype(m, g.arch, kv_dtype)
-    m = shard(m, kv_dtype, tp, data_parallel_size=dp, expert_parallel=expert_parallel)
+    rocm = (g.arch or "").startswith("gfx")
+    m = shard(m, kv_dtype, tp, data_parallel_size=dp, expert_parallel=expert_parallel, rocm=rocm)
     # Per token of this rank: every DP rank's tokens reach the GPU's share of the experts.
     pad_active = mx.elements * m.experts_per_token * dp // m.num_experts if mx.elements else 0
     for name, value in (

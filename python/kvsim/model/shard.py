@@ -17,6 +17,7 @@ import math
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 from kvsim.model import quant
 from kvsim.model.architecture import dtype_bits
+from kvsim.model.collectives import sequence_parallel_moe, sequence_parallel_replicated
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.models import Model
@@ -435,7 +436,7 @@ def _fp8_refusal(m: Model, tp: int, layer: str, what: str, full: int, share: int
 _DEEPSEEK_MLA = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 
 
-def _check_fp8_blocks(m: Model, tp: int) -> None:
+def _check_fp8_blocks(m: Model, tp: int, whole: tuple[str, ...] = ()) -> None:
     """fp8 block-quantized layers split over `tp` ranks: vLLM 0.33.0's `validate_fp8_block_shape`
     (`quantization/utils/fp8_utils.py`, from `Fp8LinearMethod.create_weights` in `fp8.py`, compressed-
     tensors' `CompressedTensorsW8A8Fp8` / `W8A16Fp8` and Quark's `QuarkW8A8Fp8`) raises when a row-parallel
@@ -445,10 +446,13 @@ def _check_fp8_blocks(m: Model, tp: int) -> None:
     when a part does not divide (`ColumnParallelLinear._maybe_allow_fp8_block_shape_mismatch`), and the
     routed experts have their own rules (`_check_expert_quant`). The one-output column layers checked are
     DeepSeek-V2/V3's MLA `q_b_proj` (or `q_proj`) and `kv_b_proj` (`deepseek_v2.py`; Kimi-K2's config,
-    `model_type` `kimi_k2`, is served by its `DeepseekV3ForCausalLM` too)."""
+    `model_type` `kimi_k2`, is served by its `DeepseekV3ForCausalLM` too). The groups in `whole` are not
+    split (the sequence-parallel MoE's: `shard`)."""
     q = _quantization(m)
     kept = m.config_fields
     for group, cols, _, quantized in m.row_inputs:
+        if group in whole:
+            continue
         block = _fp8_block(q, group) if quantized else None
         if block is None or not (cols // tp) % block[1]:
             continue
@@ -613,6 +617,7 @@ def shard(
     *,
     data_parallel_size: int = 1,
     expert_parallel: bool = False,
+    rocm: bool = False,
 ) -> Model:
     """One GPU's share of `m` under tensor parallelism: weights / tp (those vLLM builds whole on every rank
     whole: `replicated`; past as many GPUs as a layer's KV heads, its K and V rows at 1 / kv_heads, one
@@ -623,8 +628,11 @@ def shard(
     `data_parallel_size` dp > 1 its fused MoE splits each expert's width over tp x dp GPUs (`moe_tp_size`,
     vLLM's `FusedMoEParallelConfig.make`), or `expert_parallel` (vLLM's `--enable-expert-parallel`) puts
     whole experts on them (their width not split, nor checked, nor padded; their number must divide);
-    the rest of the weights stay split by tp. The parameters a token multiplies stay 1/tp: the GPU's
-    experts see every DP rank's tokens (`kvsim.model.timing.roofline_time_model`)."""
+    the rest of the weights stay split by tp, but for what vLLM's sequence-parallel MoE (expert parallelism
+    at tp > 1 and dp > 1, a model that opts in) holds whole on every GPU: its shared experts and some models'
+    dense MLPs (`kvsim.model.collectives.SEQUENCE_PARALLEL_REPLICATED`; `rocm`: the GPU is AMD's, whose files
+    differ). The parameters a token multiplies stay 1/tp: the GPU's experts see every DP rank's tokens
+    (`kvsim.model.timing.roofline_time_model`), and a replicated group's whole weights a tp-th of them."""
     if kv_cache_dtype not in (None, "auto"):
         m = m.with_kv_dtype(kv_cache_dtype)
     tp, dp = tensor_parallel_size, data_parallel_size
@@ -659,7 +667,11 @@ def shard(
             f"expert parallelism over {n} GPUs (tensor_parallel_size × data_parallel_size) does not divide "
             f"{m.name}'s {m.num_experts} experts"
         )
+    # The groups the sequence-parallel MoE builds whole (`disable_tp`): not split, so not checked.
+    sp_groups = sequence_parallel_replicated(m, tp, dp, expert_parallel, rocm)
     for group, cols, quant_group, _ in m.row_inputs:
+        if group in sp_groups:
+            continue
         if cols % tp:
             # vLLM's RowParallelLinear: `divide(input_size, tp_size)`.
             raise UnsplittableModelError(
@@ -674,7 +686,7 @@ def shard(
                 f"{cols // tp} input features a GPU, not a whole number of its {m.quant_method} groups of "
                 f"{quant_group} (vLLM: {not_whole_groups(m.quant_method, cols // tp, quant_group, cols)})"
             )
-    _check_fp8_blocks(m, tp)
+    _check_fp8_blocks(m, tp, sp_groups)
     kv_heads = m.num_kv_heads if m.is_mla else max(1, m.num_kv_heads // tp)
     # A layer's own KV heads (Gemma 4's global layers, MiMo-V2's sliding ones, Nemotron-NAS's) split alike:
     # they were kept whole, so one GPU's KV bytes a token (`Model.kv_bytes_per_token`: the pool line, the
@@ -706,13 +718,30 @@ def shard(
     if m.num_experts and (n > tp or expert_parallel):
         # The routed experts over tp x dp GPUs, the rest over tp (`expert_gpus`) but what is whole.
         experts_bytes, experts_params = _loaded_experts(m)
-        rest_bytes = m.param_bytes - experts_bytes - whole_bytes - kv_bytes
-        rest_params = m.num_params - experts_params - whole_params - kv_params
+        # Under the sequence-parallel MoE the groups it builds whole (`sp_groups`: shared experts, some
+        # models' dense MLPs) are held whole too, their part not already whole (`replicated`'s).
+        sp_bytes = sp_params = 0
+        if sp_groups:
+            loaded = _loaded_groups(m)
+            sp_bytes = sum(loaded[g].bytes - loaded[g].whole_bytes for g in sp_groups)
+            sp_params = sum(loaded[g].params - loaded[g].whole_params for g in sp_groups)
+        rest_bytes = m.param_bytes - experts_bytes - whole_bytes - kv_bytes - sp_bytes
+        rest_params = m.num_params - experts_params - whole_params - kv_params - sp_params
         out = dataclasses.replace(
             out,
-            num_params=-(-rest_params // tp) + -(-experts_params // n) + held_params,
-            weight_bytes=-(-rest_bytes // tp) + -(-experts_bytes // n) + held_bytes,
+            num_params=-(-rest_params // tp) + -(-experts_params // n) + held_params + sp_params,
+            weight_bytes=-(-rest_bytes // tp) + -(-experts_bytes // n) + held_bytes + sp_bytes,
         )
+        if sequence_parallel_moe(m, tp, dp, expert_parallel, rocm):
+            # The MoE block's matrices held whole anyway (routers, Qwen's shared-expert gate, Kimi-K3's and
+            # Nemotron-H's latent projections: the whole part of `mlp`, `shared_experts`, `router`) multiply
+            # the GPU's tp-th of the rank's tokens: a tp-th a token of the rank, as the roofline's
+            # `dense_flop_tok` has them.
+            loaded = _loaded_groups(m)
+            moe_whole = sum(loaded[g].whole_params for g in ("mlp", "shared_experts", "router"))
+            out = dataclasses.replace(
+                out, num_active_params=out.num_active_params - moe_whole + -(-moe_whole // tp)
+            )
     if pad_bytes:
         # Kimi-Linear's padded experts (`padded_expert_width`): allocated, read and multiplied; the
         # parameters stay the checkpoint's, the tokens' multiplications count the zeros (`num_active_params`),

@@ -79,8 +79,9 @@ def expert_parallel_weight_bytes(
     model: Model | str, quantization: str | None, tensor_parallel_size: int, data_parallel_size: int
 ) -> int:
     """One GPU's weights under vLLM's expert parallelism (`--enable-expert-parallel`): the routed experts
-    lie whole on `tp · dp` GPUs, the rest is split by `tp` as without it (`kvsim.model.shard.shard`, which
-    computes every GPU's share)."""
+    lie whole on `tp · dp` GPUs, the rest is split by `tp` as without it, but for what the sequence-parallel
+    MoE (tp > 1, dp > 1) holds whole on every GPU, as vLLM's CUDA files build it: shared experts, some dense
+    MLPs (`kvsim.model.shard.shard`, which computes every GPU's share)."""
     m = resolve_model(model).with_quantization(quantization)
     return shard(
         m, None, tensor_parallel_size, data_parallel_size=data_parallel_size, expert_parallel=True
@@ -339,6 +340,8 @@ def size_pool(
     expert_parallel = bool(enable_expert_parallel and base is not None and base.num_experts)
     # One GPU's share (`kvsim.model.shard.shard`): the routed experts over tp x dp GPUs, whole under expert
     # parallelism or each split over them without it (vLLM's fused MoE), the rest over tp.
+    # (on an AMD GPU vLLM's ROCm files, whose sequence-parallel MoE replicates less: `shard`)
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     m = (
         shard(
             base,
@@ -346,12 +349,12 @@ def size_pool(
             tensor_parallel_size,
             data_parallel_size=data_parallel_size,
             expert_parallel=expert_parallel,
+            rocm=g is not None and (g.arch or "").startswith("gfx"),
         )
         if base is not None
         else None
     )
     gpu_weights = m.param_bytes if m is not None else None  # one GPU's weights, as `shard` shares them
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     tp = tensor_parallel_size
     if m is not None and base is not None and g is not None:
         check_capability(base, g)
@@ -653,7 +656,8 @@ def available_kv_bytes(
     m, g = resolve(model, gpu)
     assert g is not None
     tp = tensor_parallel_size
-    m = shard(m, None, tp, data_parallel_size=data_parallel_size, expert_parallel=expert_parallel)
+    rocm = (g.arch or "").startswith("gfx")
+    m = shard(m, None, tp, data_parallel_size=data_parallel_size, expert_parallel=expert_parallel, rocm=rocm)
     if weight_bytes is not None:  # one GPU's weights as `size_pool` shares them (data or expert parallelism)
         m = dataclasses.replace(m, weight_bytes=weight_bytes)
     if not 0 < gpu_memory_utilization <= 1:

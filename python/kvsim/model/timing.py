@@ -20,6 +20,7 @@ from kvsim.model.collectives import (
     dispatch_width,
     moe_collectives,
     peer_bandwidth,
+    sequence_parallel_replicated,
 )
 from kvsim.model.dsa import dsa_index_bytes, dsa_kv_dtype, index_key_bytes, minimax_m3_sparse, mla_entry_bits
 from kvsim.model.gpus import Gpu
@@ -107,7 +108,11 @@ def roofline_time_model(
         )
     # The step's collectives (`collectives.moe_collectives`): the MoE layers' gather and scatter group (the DP
     # group, or the EP group when sequence-parallel) and tensor parallelism's collectives over the layers.
-    coll = moe_collectives(model, tp, dp, ep > 1, _moe_layer_flags(model), (gpu.arch or "").startswith("gfx"))
+    rocm = (gpu.arch or "").startswith("gfx")
+    coll = moe_collectives(model, tp, dp, ep > 1, _moe_layer_flags(model), rocm)
+    # The groups the sequence-parallel MoE holds whole on every GPU (shared experts, some models' dense MLPs:
+    # `collectives.SEQUENCE_PARALLEL_REPLICATED`), () outside it.
+    sp_whole = sequence_parallel_replicated(model, tp, dp, ep > 1, rocm)
     gather = coll.gather
     groups = weight_groups(model, quantization)
     from kvsim.model.mxfp4_padding import mxfp4_padding
@@ -164,14 +169,26 @@ def roofline_time_model(
     # convolutions) is not charged.
     # Past as many GPUs as KV heads, a GPU holds, reads and multiplies its replicated KV head's K and V rows
     # whole (`split_kv`), not 1/tp of them.
-    dense = [groups[g] for g in ("attn", "mlp", "shared_experts", "router")]
+    # Under the sequence-parallel MoE each GPU runs the MoE block on its own tp-th of its rank's tokens
+    # (`sequence_parallel_chunk`, or the decoder layer's reduce-scatter): the groups it builds whole there
+    # (`sp_whole`) are read whole every step and multiply a tp-th of the rank's tokens, a tp-th of their
+    # parameters per token of the rank; so do the MoE block's matrices held whole anyway (the routers,
+    # Qwen's shared-expert gate, the latent projections Kimi-K3 and Nemotron-H keep in `mlp`: the whole
+    # part of those groups, which only the MoE block holds there), where the attention's whole matrices
+    # (MLA's A projections, the indexers) see every token of the rank, gathered.
+    dense = {g: groups[g] for g in ("attn", "mlp", "shared_experts", "router")}
     loose = groups["other"]
     dense_bytes = 0.0
     dense_flop_tok = 0.0
-    for g in dense:
+    for name, g in dense.items():
         rep_bytes, rep_params, rep_gpu_bytes, rep_gpu_params = split_kv([g], tp)
-        dense_bytes += (g.bytes - g.whole_bytes - rep_bytes) / tp + g.whole_bytes + rep_gpu_bytes
-        held = (g.params - g.whole_params - rep_params) / tp + g.whole_params + rep_gpu_params
+        if name in sp_whole:
+            dense_bytes += g.bytes
+            held = g.params / tp
+        else:
+            dense_bytes += (g.bytes - g.whole_bytes - rep_bytes) / tp + g.whole_bytes + rep_gpu_bytes
+            whole = g.whole_params / tp if coll.sequence_parallel and name != "attn" else g.whole_params
+            held = (g.params - g.whole_params - rep_params) / tp + whole + rep_gpu_params
         dense_flop_tok += 2 * held / (_flops(gpu, g.rate) * eff.gemm_compute)
     dense_bytes += loose.gemm_bytes
     dense_flop_tok += 2 * loose.gemm_params / (_flops(gpu, "bf16") * eff.gemm_compute)
