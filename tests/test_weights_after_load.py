@@ -45,3 +45,80 @@ def test_an_unquantized_kv_b_proj_is_not_copied():
     fp8 = resolve("glm-5").with_quantization("fp8")
     assert fp8.mla_absorbed_bytes == 64 * (192 + 256) * 512 * 78 * 2 == 2_290_089_984
     assert shard(fp8, None, 8).mla_absorbed_bytes == 286_261_248
+
+
+def _qwen3_32b_awq(intermediate_size: int = 25600, **quantization: object) -> object:
+    from tests.test_shard import _model, _preset
+
+    cfg = _preset("qwen3-32b-awq", intermediate_size=intermediate_size)
+    cfg["quantization_config"] = {**cfg["quantization_config"], **quantization}
+    return _model(cfg, "q32awq")
+
+
+def test_awq_on_hopper_keeps_machetes_fp16_zero_points():
+    """vLLM 0.33.0 runs AWQ's linear layers with Machete on compute capability 9.0 (choose_mp_linear_kernel's
+    order, kernels/linear/__init__.py lines 539-547; machete.py lines 22-53), which stores each group's zero
+    point pre-scaled in fp16 (machete.py lines 80-95): 2 bytes a group and output feature for the 0.5 of the
+    checkpoint's packed 4 bits. Qwen3-32B-AWQ (group 128, 64 layers, hidden 5,120, 64 heads and 8 KV heads
+    of 128, MLP 25,600) per layer: qkv 5,120 in / 10,240 out (40 groups), o 8,192 / 5,120 (64), gate-up
+    5,120 / 51,200 (40), down 25,600 / 5,120 (200); its lm_head is not quantized. Off Hopper (Marlin, an
+    A100; a B200, capability 10.0) the packed zero points stay."""
+    from kvsim.model.machete import machete_zero_bytes
+
+    per_layer = 40 * 10240 + 64 * 5120 + 40 * 51200 + 200 * 5120
+    assert per_layer == 3_809_280
+    extra = 64 * per_layer * (2 - 0.5)
+    assert extra == 365_690_880
+    m = resolve("qwen3-32b-awq")
+    assert machete_zero_bytes(m, "sm_90", 1) == extra
+    assert machete_zero_bytes(m, "sm_80", 1) == machete_zero_bytes(m, "sm_100", 1) == 0
+    h200 = size_pool("qwen3-32b-awq", "h200", 16)
+    a100 = size_pool("qwen3-32b-awq", "a100-80gb", 16)
+    assert h200.figures is not None
+    assert a100.figures is not None
+    assert h200.figures.model_loading_bytes - a100.figures.model_loading_bytes == extra
+    assert round(h200.figures.model_loading_bytes / GIB, 2) == 18.35  # 18.01 before
+    # tp 2: each rank's columns (qkv, gate-up) or rows (o, down: 4,096 and 12,800 inputs, 32 and 100 groups)
+    # of the same per-layer sum, halved
+    assert machete_zero_bytes(m, "sm_90", 2) == extra // 2
+
+
+def test_machete_takes_only_its_group_sizes_and_shapes():
+    """Machete takes groups of -1, 64 or 128 with 16-bit activations (machete_utils.py lines 19-34): group
+    32 runs on Marlin, packed zero points kept. A rank's inputs must be a multiple of 64 and outputs of 128
+    (check_machete_supports_shape): at tp 8, Qwen3-32B's down projection takes 25,600 / 8 = 3,200 inputs
+    (a multiple of 64) and its o projection 1,024; both are taken."""
+    from kvsim.model.machete import machete_zero_bytes
+
+    assert machete_zero_bytes(_qwen3_32b_awq(group_size=32), "sm_90", 1) == 0
+    # group 64: twice the groups of 128
+    assert machete_zero_bytes(_qwen3_32b_awq(group_size=64), "sm_90", 1) == 2 * 365_690_880
+    # tp 8: qkv 1,024 + 2 x 128 = 1,280 outputs a rank (a multiple of 128), gate-up 6,400 (50 x 128)
+    assert machete_zero_bytes(resolve("qwen3-32b-awq"), "sm_90", 8) == 365_690_880 // 8
+    # Per channel (group -1: one group a matrix) with an MLP 25,632 wide: down takes 25,632 inputs (400.5 x
+    # 64) and gate-up gives 51,264 outputs (400.5 x 128), so both run on Marlin; qkv (10,240 outputs) and o
+    # (5,120) on Machete, a zero point per output feature each: 64 x (10,240 + 5,120) x 1.5 bytes.
+    odd = _qwen3_32b_awq(intermediate_size=25632, group_size=-1)
+    assert machete_zero_bytes(odd, "sm_90", 1) == 64 * (10240 + 5120) * 3 // 2 == 1_474_560
+
+
+def test_asymmetric_compressed_tensors_int_weights_take_machete_on_hopper():
+    """compressed-tensors' WNA16 scheme asks the same chooser with `zero_points=not symmetric`
+    (compressed_tensors_wNa16.py lines 133-149): Qwen3-32B in asymmetric uint8 groups of 128 stores its
+    zero points in fp16 on Hopper, 2 bytes for the checkpoint's 1 a group and output feature; symmetric
+    int4 (no zero points) and GPTQ (symmetric) change nothing."""
+    from kvsim.model.machete import machete_zero_bytes
+    from tests.test_shard import _model, _preset
+
+    def ct(symmetric: bool, bits: int) -> object:
+        w = {"num_bits": bits, "type": "int", "symmetric": symmetric, "strategy": "group", "group_size": 128}
+        qc = {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": w}},
+        }
+        return _model(_preset("qwen3-32b-awq", quantization_config=qc), f"ct{bits}{symmetric}")
+
+    assert machete_zero_bytes(ct(False, 8), "sm_90", 1) == 64 * 3_809_280 * (2 - 1)
+    assert machete_zero_bytes(ct(False, 4), "sm_90", 1) == 365_690_880
+    assert machete_zero_bytes(ct(True, 4), "sm_90", 1) == 0

@@ -47,6 +47,7 @@ from kvsim.model.linear_time import (
     linear_time_model,
     load_calibration,
 )
+from kvsim.model.machete import machete_zero_bytes
 from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
@@ -358,6 +359,8 @@ def size_pool(
         pad = mxfp4_padding_bytes(
             base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
         )
+        # Machete's 16-bit zero points on Hopper (AWQ, asymmetric compressed-tensors int weights)
+        pad += machete_zero_bytes(base, g.arch, tp)
         if pad:
             m = dataclasses.replace(m, weight_bytes=m.param_bytes + pad)
             gpu_weights = m.param_bytes
