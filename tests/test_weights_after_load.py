@@ -122,3 +122,29 @@ def test_asymmetric_compressed_tensors_int_weights_take_machete_on_hopper():
     assert machete_zero_bytes(ct(False, 8), "sm_90", 1) == 64 * 3_809_280 * (2 - 1)
     assert machete_zero_bytes(ct(False, 4), "sm_90", 1) == 365_690_880
     assert machete_zero_bytes(ct(True, 4), "sm_90", 1) == 0
+
+
+def test_sparse_attention_models_load_their_top_k_index_buffer():
+    """DeepSeek-V3.2's and GLM-5's model allocates `topk_indices_buffer`, max_num_batched_tokens x index_topk
+    int32, as vLLM 0.33.0 builds it (models/deepseek_v32/nvidia/model.py lines 192-197), so inside "Model
+    loading took" (gpu_model_runner.py line 5076), whole on every GPU: 8,192 x 2,048 x 4 bytes = 64 MiB at
+    the default batch; DeepSeek-V4-Flash's (deepseek_v4/nvidia/model.py lines 848-852) 8,192 x 512 x 4;
+    MiniMax-M3's (minimax_m3/nvidia/model.py lines 831-845) 8,192 tokens x a GPU's index heads (4 at tp 1,
+    1 at tp 4 and, at least one, at tp 8) x 16 top-k blocks x 4 bytes. Other models: none."""
+    from kvsim.model.dsa import topk_indices_bytes
+    from tests.test_shard import HF
+
+    assert topk_indices_bytes(resolve("deepseek-v3.2"), 8192, 8) == 8192 * 2048 * 4 == 64 * 2**20
+    assert topk_indices_bytes(resolve("glm-5"), 4096, 16) == 32 * 2**20
+    assert topk_indices_bytes(resolve("deepseek-v4-flash"), 8192, 4) == 16 * 2**20
+    assert topk_indices_bytes(resolve("deepseek-v3"), 8192, 8) == 0
+    m3 = resolve(str(HF / "minimax-m3.json"))
+    assert topk_indices_bytes(m3, 8192, 1) == 8192 * 4 * 16 * 4 == 2_097_152
+    assert topk_indices_bytes(m3, 8192, 4) == topk_indices_bytes(m3, 8192, 8) == 524_288
+    assert topk_indices_bytes(m3, 8190, 4) == 8192 * 16 * 4  # tokens rounded up to 4
+    # In the sized pool's "Model loading took", at the configuration's max_num_batched_tokens
+    big = size_pool("deepseek-v3.2", "h200", 64, tensor_parallel_size=8, max_num_batched_tokens=16384)
+    small = size_pool("deepseek-v3.2", "h200", 64, tensor_parallel_size=8, max_num_batched_tokens=8192)
+    assert big.figures is not None
+    assert small.figures is not None
+    assert big.figures.model_loading_bytes - small.figures.model_loading_bytes == 8192 * 2048 * 4

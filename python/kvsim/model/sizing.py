@@ -361,6 +361,8 @@ def size_pool(
         )
         # Machete's 16-bit zero points on Hopper (AWQ, asymmetric compressed-tensors int weights)
         pad += machete_zero_bytes(base, g.arch, tp)
+        # The sparse-attention models' top-k index buffer, built with the model
+        pad += dsa.topk_indices_bytes(base, max_num_batched_tokens, tp)
         if pad:
             m = dataclasses.replace(m, weight_bytes=m.param_bytes + pad)
             gpu_weights = m.param_bytes
