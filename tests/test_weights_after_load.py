@@ -148,3 +148,23 @@ def test_sparse_attention_models_load_their_top_k_index_buffer():
     assert big.figures is not None
     assert small.figures is not None
     assert big.figures.model_loading_bytes - small.figures.model_loading_bytes == 8192 * 2048 * 4
+
+
+def test_minimax_m2s_router_is_float32():
+    """vLLM 0.33.0 builds MiniMax-M2's gate `GateLinear(..., params_dtype=torch.float32)` (minimax_m2.py lines
+    110-117): 62 layers x 256 experts x 3,072 hidden, 4 bytes each rather than the checkpoint's 2, whole on
+    every GPU (a ReplicatedLinear): 0.09 GiB more a GPU at any tp."""
+    from kvsim.model.weights import weight_groups
+
+    router = 62 * 256 * 3072
+    m = resolve("minimax-m2")
+    assert weight_groups(m)["router"].bytes == router * 4 == 195_035_136
+    # every GPU holds it whole: tp 4's share grows by the whole 2 bytes a parameter (53.65 GiB before)
+    whole = shard(m, None, 4).param_bytes - -(-(m.param_bytes - weight_groups(m)["router"].whole_bytes) // 4)
+    assert weight_groups(m)["router"].whole_bytes == router * 4
+    assert whole >= router * 4
+    pool = size_pool("minimax-m2", "h200", 16, tensor_parallel_size=4)
+    assert pool.figures is not None
+    assert round(pool.figures.model_loading_bytes / GIB, 2) == 53.74
+    # DeepSeek-V3's gate stays in the checkpoint's bf16
+    assert weight_groups(resolve("deepseek-v3"))["router"].bytes == 58 * 256 * 7168 * 2

@@ -60,6 +60,11 @@ LAYERS_PREFIX = "model.layers"
 # `ReplicatedLinear`: `layers/fused_moe/router/gate_linear.py`, built by every MoE model kvsim reads; Qwen's
 # `shared_expert_gate` a `ReplicatedLinear`, `qwen2_moe.py`, `qwen3_next.py`).
 WHOLE_GROUPS = frozenset({"router"})
+# The model types whose MoE gate vLLM 0.33.0 builds in float32 whatever the checkpoint's dtype
+# (`GateLinear(..., params_dtype=torch.float32)`): MiniMax-M2 (`model_executor/models/minimax_m2.py` lines
+# 110-117), MiniMax-M3 (`models/minimax_m3/nvidia/model.py` lines 231-239), GLM-4.5 / 4.6 / 4.7
+# (`model_executor/models/glm4_moe.py` lines 141-147).
+FP32_ROUTER_TYPES = frozenset({"minimax_m2", "glm4_moe", *MINIMAX_M3_TYPES})
 
 
 def kv_share(kv_heads: int, tp: int) -> int:
@@ -87,7 +92,9 @@ class Matrix:
     of the fused module (below `model.layers.N.`, the first `module`) and `fused` vLLM's name of it, whose
     ignore-list entries vLLM reads first (`fused_parts_refusal`). `kv_heads`, where given, says the matrices
     are the K or V rows of attention layers of that many KV heads (`QKVParallelLinear`'s k and v, MiniMax-M3's
-    `index_q`), which vLLM replicates past as many GPUs as heads (`kv_share`)."""
+    `index_q`), which vLLM replicates past as many GPUs as heads (`kv_share`). `bits`, where given, is the
+    width vLLM stores an unquantized matrix in whatever the checkpoint's dtype (32: the fp32 routers of
+    `FP32_ROUTER_TYPES`); 0, the checkpoint's dtype."""
 
     rows: int
     cols: int
@@ -99,6 +106,7 @@ class Matrix:
     parts: tuple[str, ...] = ()
     fused: str = ""
     kv_heads: int = 0
+    bits: int = 0
 
     def name(self, layer: int | None = None) -> str:
         """vLLM's name of the module in decoder layer `layer` (`model.layers.3.self_attn.q_proj`), or its
@@ -153,6 +161,7 @@ class Breakdown:
         parts: tuple[str, ...] = (),
         fused: str = "",
         kv_heads: int = 0,
+        bits: int = 0,
     ) -> None:
         """`count` matrices of `rows` x `cols` in `group`; with `layers`, spread evenly over those decoder
         layers (`count` a multiple of their number), each layer's named `module` below `model.layers.N.`;
@@ -164,7 +173,8 @@ class Breakdown:
             assert not held or count % len(held) == 0, (group, module, count, held)
             whole = whole or group in WHOLE_GROUPS
             kv = 0 if whole else kv_heads
-            self.matrices[group].append(Matrix(rows, cols, count, row, module, held, whole, parts, fused, kv))
+            m = Matrix(rows, cols, count, row, module, held, whole, parts, fused, kv, bits)
+            self.matrices[group].append(m)
 
     def loose(self, n: int, whole: bool = False, gemm: bool = False, kv_heads: int = 0) -> None:
         """`n` parameters outside the matrices (`other`); `whole`: every tensor-parallel rank holds them
@@ -609,7 +619,8 @@ def param_breakdown(
             sx = f"{ff}.shared_expert"
         b.add("shared_experts", shared_ffn, hidden, 2 * n_moe, layers=moe_at, **gate_up(sx))
         b.add("shared_experts", hidden, shared_ffn, n_moe, row=True, module=f"{sx}.down_proj", layers=moe_at)
-        b.add("router", experts, hidden, n_moe, module=f"{moe}.gate", layers=moe_at)
+        gate_bits = 32 if model_type in FP32_ROUTER_TYPES else 0
+        b.add("router", experts, hidden, n_moe, module=f"{moe}.gate", layers=moe_at, bits=gate_bits)
         # The router's e_score_correction_bias: DeepSeek's where it routes with `noaux_tc`; Kimi-Linear's on
         # every MoE layer, whatever its routing (`KimiMoE` builds it unconditionally, float32:
         # `models/kimi_k3/nvidia/model.py`, `amd/linear.py`), counted in the checkpoint's dtype as `other`.
@@ -663,6 +674,7 @@ def fused_parts_refusal(b: Breakdown, ignored: tuple[str, ...] | list[str]) -> s
 
 
 __all__ = [
+    "FP32_ROUTER_TYPES",
     "GROUPS",
     "LAYERS_PREFIX",
     "Breakdown",
