@@ -168,3 +168,24 @@ def test_minimax_m2s_router_is_float32():
     assert round(pool.figures.model_loading_bytes / GIB, 2) == 53.74
     # DeepSeek-V3's gate stays in the checkpoint's bf16
     assert weight_groups(resolve("deepseek-v3"))["router"].bytes == 58 * 256 * 7168 * 2
+
+
+def test_deepseek_v4s_hyper_connections_are_float32_and_its_hash_table_int32():
+    """DeepSeek-V4's hyper-connection mixers are float32 parameters (models/deepseek_v4/nvidia/model.py lines
+    623-662: hc_attn_fn / hc_ffn_fn (2 + 4) x 4 = 24 rows of 4 x 4,096 inputs, their 24-wide base and
+    3-wide scale, 43 layers; 883-901: hc_head_fn 4 x 16,384, base 4, scale 1), and the 3 hash-routed layers'
+    gate.tid2eid (vocab 129,280 x 6 experts a token) int32 (lines 285-300): four bytes each, whole on every
+    GPU, where the rest of `other` is the checkpoint's bf16."""
+    from kvsim.model.weights import model_breakdown, weight_groups
+
+    hc = 2 * 43 * (24 * 16384 + 24 + 3) + (4 * 16384 + 4 + 1)
+    tid2eid = 3 * 129280 * 6
+    assert (hc, tid2eid) == (33_884_439, 2_327_040)
+    m = resolve("deepseek-v4-flash")
+    b, _ = model_breakdown(m)
+    assert b.other_wide == hc + tid2eid
+    assert b.other_gemm_wide == hc
+    other = weight_groups(m)["other"]
+    assert other.bytes == (b.other - hc - tid2eid) * 2 + (hc + tid2eid) * 4
+    assert other.whole_bytes == (b.other_whole - hc - tid2eid) * 2 + (hc + tid2eid) * 4
+    assert other.gemm_bytes == (b.other_gemm - hc) * 2 + hc * 4

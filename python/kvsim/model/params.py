@@ -132,6 +132,9 @@ class Breakdown:
         other_gemm: of `other_whole`, the weights of matrices vLLM builds unquantized and multiplies every
             token (DeepSeek-V3.2's and GLM-5's fused indexer key / weights projection, DeepSeek-V4's
             compressors, indexer projections and hyper-connection mixers), which the roofline reads.
+        other_wide, other_gemm_wide: of `other_whole` and of `other_gemm`, those vLLM stores in four bytes
+            whatever the checkpoint's dtype (DeepSeek-V4's float32 hyper-connection mixers, its int32
+            `tid2eid`): `other_bytes`.
         active_experts: of `experts`, the fraction a token touches (`num_experts_per_tok / num_experts`).
         num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
         aliases: the checkpoint's names of vLLM's `model` root where its files spell it otherwise (Nemotron-H's
@@ -142,6 +145,8 @@ class Breakdown:
     other: int = 0
     other_whole: int = 0
     other_gemm: int = 0
+    other_wide: int = 0
+    other_gemm_wide: int = 0
     other_kv: dict[int, int] = field(default_factory=dict)
     num_experts: int = 0
     experts_per_token: int = 0
@@ -176,18 +181,26 @@ class Breakdown:
             m = Matrix(rows, cols, count, row, module, held, whole, parts, fused, kv, bits)
             self.matrices[group].append(m)
 
-    def loose(self, n: int, whole: bool = False, gemm: bool = False, kv_heads: int = 0) -> None:
+    def loose(
+        self, n: int, whole: bool = False, gemm: bool = False, kv_heads: int = 0, wide: bool = False
+    ) -> None:
         """`n` parameters outside the matrices (`other`); `whole`: every tensor-parallel rank holds them
         whole (norms, a row-parallel layer's bias, a router's bias, learned positions); `gemm` (whole ones
         only): unquantized matrices every token multiplies (`other_gemm`); `kv_heads` (split ones only): the
-        K/V heads' of layers of that many KV heads (`other_kv`)."""
+        K/V heads' of layers of that many KV heads (`other_kv`); `wide` (whole ones only): stored in four
+        bytes (`other_wide`)."""
         assert whole or not gemm
+        assert whole or not wide
         assert not (whole and kv_heads)
         self.other += n
         if whole:
             self.other_whole += n
+        if wide:
+            self.other_wide += n
         if gemm:
             self.other_gemm += n
+            if wide:
+                self.other_gemm_wide += n
         if kv_heads and n:
             self.other_kv[kv_heads] = self.other_kv.get(kv_heads, 0) + n
 
@@ -196,7 +209,17 @@ class Breakdown:
         layers) and `other_whole` (as `other`), under the same `aliases`, to be priced as the model is, layer
         by layer (`kvsim.model.weights.weight_groups`: the quantization decided on the whole model,
         `Quantization.for_model`, then `Quantization.group_bytes` of this part)."""
-        return self._part(self.other_whole, lambda m: m.whole)
+        part = self._part(self.other_whole, lambda m: m.whole)
+        part.other_wide = self.other_wide  # (all of them whole: priced so in `other_bytes`)
+        return part
+
+    def other_bytes(self, dtype_bits: int) -> int:
+        """Bytes of `other`: at `dtype_bits`, those of `other_wide` at four bytes."""
+        return -(-(self.other - self.other_wide) * dtype_bits // 8) + 4 * self.other_wide
+
+    def other_gemm_bytes(self, dtype_bits: int) -> int:
+        """Bytes of `other_gemm`: at `dtype_bits`, those of `other_gemm_wide` at four bytes."""
+        return -(-(self.other_gemm - self.other_gemm_wide) * dtype_bits // 8) + 4 * self.other_gemm_wide
 
     def kv_part(self, heads: int) -> Breakdown:
         """The K/V rows (and their loose parameters, as `other`) of the attention layers of `heads` KV heads,

@@ -196,7 +196,7 @@ class Quantization:
     def weight_bytes(self, b: Breakdown, dtype_bits: int) -> int:
         """Bytes of every weight of `b`, quantized matrices in their group's format (layer by layer:
         `quantized`), the rest at `dtype_bits`."""
-        total = -(-b.other * dtype_bits // 8)
+        total = b.other_bytes(dtype_bits)
         return total + sum(self.group_bytes(b, group, dtype_bits) for group in GROUPS)
 
     def for_model(self, b: Breakdown) -> Quantization:
