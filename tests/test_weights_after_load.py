@@ -189,3 +189,34 @@ def test_deepseek_v4s_hyper_connections_are_float32_and_its_hash_table_int32():
     assert other.bytes == (b.other - hc - tid2eid) * 2 + (hc + tid2eid) * 4
     assert other.whole_bytes == (b.other_whole - hc - tid2eid) * 2 + (hc + tid2eid) * 4
     assert other.gemm_bytes == (b.other_gemm - hc) * 2 + hc * 4
+
+
+def test_gpt_oss_on_the_triton_kernels_keeps_float32_biases_and_hoppers_padded_scales():
+    """vLLM 0.33.0's OAI Triton MXFP4 backend (gpt-oss's default on Hopper and ROCm) casts the expert biases to
+    float32 (fused_moe/oracle/mxfp4.py lines 1444-1448), and on Hopper `_swizzle_mxfp4` pads the scale groups
+    to a multiple of 4 (mxfp4_utils.py lines 134-139: 2,880 / 32 = 90 to 92) and the Hopper scale layout the
+    rows to 256 (hopper_scale.py lines 22-30: 5,760 to 5,888, 2,880 to 3,072); the value layout pads rows to
+    16 and bytes to 32 (none for 2,880). gpt-oss-120b at tp 1 (36 layers of 128 experts): biases (5,760 +
+    2,880) x (4 - 2) bytes, scales (5,888 + 3,072) x 92 - (5,760 + 2,880) x 90 each expert and layer."""
+    from kvsim.model.mxfp4_padding import mxfp4_triton_layout_bytes
+
+    per = (5760 + 2880) * 2 + (5888 + 3072) * 92 - (5760 + 2880) * 90
+    assert per == 17_280 + 46_720
+    m = resolve("gpt-oss-120b")
+    assert mxfp4_triton_layout_bytes(m, "sm_90", 1) == 36 * 128 * per == 294_912_000
+    assert mxfp4_triton_layout_bytes(resolve("gpt-oss-20b"), "sm_90", 1) == 24 * 32 * per == 49_152_000
+    # tp 2: each rank's 1,440 padded to 1,472 (Triton's 64); biases 32 experts x (2 x 1,472 + 2,880) float32
+    # held, the bf16 half of (2 x 2,880 + 2,880) counted; scales w13 2,944 rows -> 3,072 x 92 and w2 2,880 ->
+    # 3,072 x 48 (46 groups of the 1,472 inputs, to 48), for 2,944 x 90 + 2,880 x 46
+    bias = 24 * 32 * (2 * 1472 + 2880) * 4 - 24 * 32 * 8640 * 2 // 2
+    scales = 24 * 32 * ((3072 * 92 + 3072 * 48) - (2944 * 90 + 2880 * 46))
+    assert mxfp4_triton_layout_bytes(resolve("gpt-oss-20b"), "sm_90", 2) == bias + scales == 36_323_328
+    # ROCm's Triton (hidden and intermediate padded to 256): the biases only, at the padded widths
+    rocm = 24 * 32 * (2 * 3072 + 3072) * 4 - 24 * 32 * 8640 * 2
+    assert mxfp4_triton_layout_bytes(resolve("gpt-oss-20b"), "gfx942", 1) == rocm
+    # Marlin (A100), FlashInfer (B200): nothing; other models: nothing
+    assert mxfp4_triton_layout_bytes(m, "sm_80", 1) == mxfp4_triton_layout_bytes(m, "sm_100", 1) == 0
+    assert mxfp4_triton_layout_bytes(resolve("qwen3-30b-a3b"), "sm_90", 1) == 0
+    pool = size_pool("gpt-oss-120b", "h200", 16)
+    assert pool.figures is not None
+    assert round(pool.figures.model_loading_bytes / GIB, 2) == 61.07  # 60.80 before
