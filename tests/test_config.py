@@ -306,14 +306,15 @@ def test_a_70b_model_on_one_gpu_fails_with_a_clear_message():
 
 
 def test_weights_that_load_but_leave_no_kv_memory_get_vllm_s_refusal():
-    """gpt-oss-120b's 60.8 GiB of weights load on an H100, but at a share of 0.77 (61.3 GiB) the activations
-    and CUDA graphs leave nothing: vLLM's "No available memory for the cache blocks", with the numbers."""
+    """gpt-oss-120b's 61.1 GiB of weights (the Triton kernels' float32 biases and padded scales among them)
+    load on an H100, but at a share of 0.77 (61.0 GiB) nothing is left for the activations and CUDA graphs,
+    let alone the KV cache: vLLM's "No available memory for the cache blocks", with the numbers."""
     path = str(Path(__file__).parent / "data" / "hf" / "gpt-oss-120b.json")
     with pytest.raises(InvalidArgumentError) as info:
         SimConfig(model=path, gpu="h100-80gb", gpu_memory_utilization=0.77)
     msg = str(info.value)
     assert "No available memory for the cache blocks" in msg
-    assert "60.8 GiB of weights" in msg
+    assert "61.1 GiB of weights" in msg
     assert SimConfig(model=path, gpu="h100-80gb").num_blocks > 1000
 
 

@@ -202,9 +202,14 @@ def test_gpt_oss_mxfp4_padding_pads_the_tp_times_dp_share():
     assert mxfp4_padding_bytes(m, "sm_90", 1, dp=4) == h100
     assert mxfp4_padding_bytes(m, "sm_80", 1, dp=4) == a100
     pool = size_pool("gpt-oss-120b", "h100-80gb", 16, data_parallel_size=4)
+    # Beside them, the Triton kernels' float32 biases (128 experts x (2 x 768 + 2,880) a layer, for kvsim's
+    # bf16 2 x 2,880 + 2,880) and Hopper's padded scales (w13 1,536 rows x 90 groups to 92; w2 2,880 rows to
+    # 3,072 x 24 groups): tests/test_weights_after_load.py
+    triton = layers * experts * ((2 * 768 + 2880) * 4 - (2 * 2880 + 2880) * 2 + 1536 * 2 + 192 * 24)
+    assert triton == 37_158_912
     assert (
         pool.weight_bytes
-        == shard(m, None, 1, data_parallel_size=4).param_bytes + h100 + pool.rope_cache_bytes
+        == shard(m, None, 1, data_parallel_size=4).param_bytes + h100 + triton + pool.rope_cache_bytes
     )
 
 

@@ -115,6 +115,10 @@ class Model:
         uncounted: why each of the others is not counted (`vision: kvsim does not count ...`).
         rope_cache_bytes: the rotary embeddings' cos/sin caches vLLM builds at load (every GPU holds
             them whole; `kvsim.model.rope`).
+        mla_absorbed_bytes: MLA's `W_UK_T` / `W_UV`, the copy of a quantized `kv_b_proj` vLLM 0.33.0
+            dequantizes into the checkpoint's dtype after loading and keeps beside it (split by heads over
+            tensor parallelism as `kv_b_proj` is; 0 where `kv_b_proj` is unquantized, its copy a view):
+            `kvsim.model.hf_config.mla_absorbed_bytes`.
         row_inputs: each module group's row-parallel input widths, with the group size of the
             quantization whose kernels need whole groups on every rank (AWQ, GPTQ, compressed-tensors'
             int groups; 0 for none) and whether the checkpoint quantizes such a matrix in some layer (an
@@ -157,6 +161,7 @@ class Model:
     towers: tuple[Tower, ...] = dataclasses.field(default=(), compare=False, repr=False)
     uncounted: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     rope_cache_bytes: int = dataclasses.field(default=0, compare=False, repr=False)
+    mla_absorbed_bytes: int = dataclasses.field(default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         dtype_bits(self.weight_dtype)
@@ -267,9 +272,10 @@ class Model:
     @property
     def loaded_bytes(self) -> int:
         """Bytes vLLM's "Model loading took X GiB" counts (the weights memory it keeps out of the KV
-        cache): the language model's weights (`param_bytes`), the towers it counts (`towers`) and the
-        rotary caches (`rope_cache_bytes`). Of a model `kvsim.model.shard.shard` split, one GPU's."""
-        return self.param_bytes + self.tower_bytes + self.rope_cache_bytes
+        cache): the language model's weights (`param_bytes`), the towers it counts (`towers`), the
+        rotary caches (`rope_cache_bytes`) and MLA's dequantized copy of `kv_b_proj` (`mla_absorbed_bytes`).
+        Of a model `kvsim.model.shard.shard` split, one GPU's."""
+        return self.param_bytes + self.tower_bytes + self.rope_cache_bytes + self.mla_absorbed_bytes
 
     def with_kv_dtype(self, kv_dtype: str) -> Model:
         """The same model with its KV cache stored as `kv_dtype` (e.g. `"fp8"`; vLLM's and Hugging Face's

@@ -129,7 +129,7 @@ MOE: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # deepseek-ai/DeepSeek-V4-Flash: 43 layers, d 4096, 64 heads of 512 (one latent KV head), compress ratios
     # 0, 0, then 4 / 128 alternating, the last 4 (the MTP layer's 0 after them); a sliding window of 128;
-    # the indexer 64 heads of 128; 256 experts of 2048, 6 per token, 1 shared; fp8 weights in 128 x 128
+    # the indexer 64 heads of 128, 512 keys a query; 256 experts of 2048, 6 per token, 1 shared; fp8 weights in 128 x 128
     # blocks, experts fp4 (`expert_dtype`); 1,048,576 positions. Model card: 284B total, 13B activated.
     "deepseek-v4-flash": (
         "deepseek-ai/DeepSeek-V4-Flash",
@@ -142,6 +142,7 @@ MOE: dict[str, tuple[str, dict[str, Any]]] = {
             "hidden_size": 4096,
             "index_head_dim": 128,
             "index_n_heads": 64,
+            "index_topk": 512,
             "max_position_embeddings": 1048576,
             "moe_intermediate_size": 2048,
             "n_routed_experts": 256,

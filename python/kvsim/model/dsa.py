@@ -368,6 +368,32 @@ def resolve(
     return kv, dsa_block_size(model, arch, dtype, block_size)
 
 
+def topk_indices_bytes(model: Any, max_num_batched_tokens: int, tp: int) -> int:
+    """The top-k index buffer a sparse-attention model allocates as vLLM 0.33.0 builds it, so in "Model
+    loading took" (v1/worker/gpu_model_runner.py line 5076 reads the memory the model's construction and
+    loading kept): one int32 per `index_topk` key of each of `max_num_batched_tokens` tokens, shared by every
+    indexer layer, whole on every GPU: DeepSeek-V3.2 and GLM-5 (`models/deepseek_v32/nvidia/model.py` lines
+    192-197; `amd/model.py` lines 148-153), DeepSeek-V4 (`models/deepseek_v4/nvidia/model.py` lines 848-852);
+    MiniMax-M3's, with a `sparse_attention_config`, per token (rounded up to 4) per index head of a GPU's
+    share (at least one) per `sparse_topk_blocks` block (`models/minimax_m3/nvidia/model.py` lines 831-845).
+    0 for other models."""
+    cfg = model.config_fields
+    kind = cfg.get("model_type")
+    if kind in ("deepseek_v32", "glm_moe_dsa", "deepseek_v4"):
+        topk = cfg.get("index_topk")
+        return max_num_batched_tokens * int(topk) * 4 if whole_at_least(topk, 1) else 0
+    if kind in MINIMAX_M3_TYPES:
+        sparse = cfg.get("sparse_attention_config")
+        if not isinstance(sparse, Mapping):
+            return 0
+        heads: Any = sparse.get("sparse_num_index_heads")
+        blocks: Any = sparse.get("sparse_topk_blocks")
+        if not whole_at_least(heads, 1) or not whole_at_least(blocks, 1):
+            return 0
+        return -(-max_num_batched_tokens // 4) * 4 * max(1, heads // tp) * blocks * 4
+    return 0
+
+
 __all__ = [
     "DSA_CUDA_BLOCK",
     "FP8_DS_MLA",
@@ -383,4 +409,5 @@ __all__ = [
     "minimax_m3_sparse",
     "mla_entry_bits",
     "resolve",
+    "topk_indices_bytes",
 ]

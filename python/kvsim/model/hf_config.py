@@ -9,7 +9,7 @@ answers. Also reachable as `kvsim.model.models.from_hf_config` and friends, wher
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.architecture import _HF_DTYPES, Model, dtype_bits
@@ -17,6 +17,10 @@ from kvsim.model.encoders import Tower
 from kvsim.model.hf_layers import layers_from_hf_config
 from kvsim.model.nemotron_nas import MODEL_TYPE as NAS_TYPE
 from kvsim.model.nemotron_nas import first_kv_heads, nas_blocks
+
+if TYPE_CHECKING:
+    from kvsim.model.params import Breakdown
+    from kvsim.model.quant_format import Quantization
 
 # The most decoder layers a config may state (the largest served models have a few hundred).
 MAX_LAYERS = 65_536
@@ -660,8 +664,29 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         towers=towers,
         uncounted=uncounted,
         rope_cache_bytes=rope_bytes,
+        mla_absorbed_bytes=mla_absorbed_bytes(b, q, dtype_bits(dtype)),
     )
     return model
+
+
+def mla_absorbed_bytes(b: Breakdown, q: Quantization, bits: int) -> int:
+    """Bytes of the copy of MLA's `kv_b_proj` vLLM 0.33.0 keeps beside it where the checkpoint quantizes
+    it, on the whole model (`kvsim.model.shard.shard` splits it by heads, as `kv_b_proj`): after loading,
+    `MLAAttention.process_weights_after_loading` dequantizes `kv_b_proj` into the model's dtype
+    (`split_kv_b_proj`, `get_and_maybe_dequant_weights`) and keeps the result as `W_UV` and `W_UK_T` (views of
+    one tensor), while `kv_b_proj` itself stays for the prefill (vllm/model_executor/layers/attention/
+    mla_attention.py, v0.33.0, lines 408-424, 1270-1277 and 1346-1349; vllm/model_executor/model_loader/
+    utils.py line 206 passes `model_config.dtype`). An unquantized `kv_b_proj` (GLM-5, Kimi-K3: the ignore
+    list names it) is only cast to its own dtype, `weight.to(out_dtype)`, the same tensor
+    (quantization/utils/quant_utils.py lines 531-535): nothing is added. `bits`: the model's dtype."""
+    total = 0
+    for m in b.matrices["attn"]:
+        if m.module != "self_attn.kv_b_proj":
+            continue
+        for fmt, n in q.layout(b, "attn", m).items():
+            if fmt is not None:
+                total += m.rows * m.cols * n * bits // 8
+    return total
 
 
 def _towers(
@@ -686,4 +711,4 @@ def _towers(
     return tuple(counted), tuple(why)
 
 
-__all__ = ["cached_config", "from_hf_config", "hf_cache_dir"]
+__all__ = ["cached_config", "from_hf_config", "hf_cache_dir", "mla_absorbed_bytes"]

@@ -73,3 +73,47 @@ def mxfp4_padding(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1)
 def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> int:
     """The bytes one GPU's gpt-oss experts take beyond their MXFP4 values and scales (`mxfp4_padding`)."""
     return mxfp4_padding(m, arch, tp, ep, dp).bytes
+
+
+# The architectures whose default gpt-oss MXFP4 backend is the OAI Triton kernels (`MXFP4_GPT_OSS_ALIGN`'s
+# comment): their `TRITON_BACKENDS` branch casts the expert biases to float32 (`fused_moe/oracle/mxfp4.py`,
+# v0.33.0, lines 1444-1448).
+MXFP4_TRITON_ARCHES = ("sm_90", "gfx942", "gfx950")
+
+
+def _up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def mxfp4_triton_layout_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> int:
+    """What one GPU's gpt-oss experts take beyond `mxfp4_padding`'s padded MXFP4 values and scales and the
+    checkpoint's bf16 expert biases where vLLM 0.33.0 runs them on the OAI Triton kernels
+    (`MXFP4_TRITON_ARCHES`): the biases in float32 (`fused_moe/oracle/mxfp4.py` lines 1444-1448; each
+    GPU's experts' `w13_bias`, 2 x the padded intermediate, and `w2_bias`, the padded hidden size, where kvsim's
+    `other` counts their bf16 / tp), and on Hopper the layouts `_swizzle_mxfp4` writes
+    (`quantization/utils/mxfp4_utils.py` lines 65-165): the scale groups along the inputs padded to a
+    multiple of 4 (lines 134-139, "pad K (num scale groups) to 0 mod 4"), the scales' rows to 256 and their
+    groups to 2 (`HopperMXScaleLayout.swizzle_data`, `third_party/triton_kernels/tensor_details/
+    layout_details/hopper_scale.py` lines 22-30, 8 warps), the values' rows to 16 and their bytes along the
+    inputs to 32 (`HopperMXValueLayout.swizzle_data`, `hopper_value.py` lines 119-144, mma v3). 0 for other
+    models and architectures (ROCm's scale layouts are not modelled)."""
+    if arch not in MXFP4_TRITON_ARCHES or not m.num_experts or not m.expert_ffn:
+        return 0
+    if m.model_type != "gpt_oss" or m.quant_method != "mxfp4":
+        return 0
+    h_align, i_align = MXFP4_GPT_OSS_ALIGN[arch]
+    hidden, inter, layers = m.hidden_size, m.expert_ffn, m.num_layers
+    share = inter if ep else -(-inter // (tp * dp))
+    width = _up(share, i_align)
+    experts = m.num_experts // ep if ep else m.num_experts
+    # float32 biases held (at the padded widths), less the bf16 share kvsim's `other` counts (split by tp as
+    # the rest)
+    held = layers * experts * (2 * width + _up(hidden, h_align)) * 4
+    extra = held - layers * m.num_experts * (2 * inter + hidden) * 2 // tp
+    if arch == "sm_90":
+        for rows, cols in ((2 * width, hidden), (hidden, width)):  # w13 (gate-up), w2 (down): out x in
+            groups = -(-cols // 32)
+            scales = _up(rows, 256) * _up(_up(groups, 4), 2) - rows * groups
+            values = _up(rows, 16) * _up(cols // 2, 32) - rows * (cols // 2)
+            extra += layers * experts * (scales + values)
+    return max(extra, 0)

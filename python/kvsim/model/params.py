@@ -60,6 +60,11 @@ LAYERS_PREFIX = "model.layers"
 # `ReplicatedLinear`: `layers/fused_moe/router/gate_linear.py`, built by every MoE model kvsim reads; Qwen's
 # `shared_expert_gate` a `ReplicatedLinear`, `qwen2_moe.py`, `qwen3_next.py`).
 WHOLE_GROUPS = frozenset({"router"})
+# The model types whose MoE gate vLLM 0.33.0 builds in float32 whatever the checkpoint's dtype
+# (`GateLinear(..., params_dtype=torch.float32)`): MiniMax-M2 (`model_executor/models/minimax_m2.py` lines
+# 110-117), MiniMax-M3 (`models/minimax_m3/nvidia/model.py` lines 231-239), GLM-4.5 / 4.6 / 4.7
+# (`model_executor/models/glm4_moe.py` lines 141-147).
+FP32_ROUTER_TYPES = frozenset({"minimax_m2", "glm4_moe", *MINIMAX_M3_TYPES})
 
 
 def kv_share(kv_heads: int, tp: int) -> int:
@@ -87,7 +92,9 @@ class Matrix:
     of the fused module (below `model.layers.N.`, the first `module`) and `fused` vLLM's name of it, whose
     ignore-list entries vLLM reads first (`fused_parts_refusal`). `kv_heads`, where given, says the matrices
     are the K or V rows of attention layers of that many KV heads (`QKVParallelLinear`'s k and v, MiniMax-M3's
-    `index_q`), which vLLM replicates past as many GPUs as heads (`kv_share`)."""
+    `index_q`), which vLLM replicates past as many GPUs as heads (`kv_share`). `bits`, where given, is the
+    width vLLM stores an unquantized matrix in whatever the checkpoint's dtype (32: the fp32 routers of
+    `FP32_ROUTER_TYPES`); 0, the checkpoint's dtype."""
 
     rows: int
     cols: int
@@ -99,6 +106,7 @@ class Matrix:
     parts: tuple[str, ...] = ()
     fused: str = ""
     kv_heads: int = 0
+    bits: int = 0
 
     def name(self, layer: int | None = None) -> str:
         """vLLM's name of the module in decoder layer `layer` (`model.layers.3.self_attn.q_proj`), or its
@@ -124,6 +132,9 @@ class Breakdown:
         other_gemm: of `other_whole`, the weights of matrices vLLM builds unquantized and multiplies every
             token (DeepSeek-V3.2's and GLM-5's fused indexer key / weights projection, DeepSeek-V4's
             compressors, indexer projections and hyper-connection mixers), which the roofline reads.
+        other_wide, other_gemm_wide: of `other_whole` and of `other_gemm`, those vLLM stores in four bytes
+            whatever the checkpoint's dtype (DeepSeek-V4's float32 hyper-connection mixers, its int32
+            `tid2eid`): `other_bytes`.
         active_experts: of `experts`, the fraction a token touches (`num_experts_per_tok / num_experts`).
         num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
         aliases: the checkpoint's names of vLLM's `model` root where its files spell it otherwise (Nemotron-H's
@@ -134,6 +145,8 @@ class Breakdown:
     other: int = 0
     other_whole: int = 0
     other_gemm: int = 0
+    other_wide: int = 0
+    other_gemm_wide: int = 0
     other_kv: dict[int, int] = field(default_factory=dict)
     num_experts: int = 0
     experts_per_token: int = 0
@@ -153,6 +166,7 @@ class Breakdown:
         parts: tuple[str, ...] = (),
         fused: str = "",
         kv_heads: int = 0,
+        bits: int = 0,
     ) -> None:
         """`count` matrices of `rows` x `cols` in `group`; with `layers`, spread evenly over those decoder
         layers (`count` a multiple of their number), each layer's named `module` below `model.layers.N.`;
@@ -164,20 +178,29 @@ class Breakdown:
             assert not held or count % len(held) == 0, (group, module, count, held)
             whole = whole or group in WHOLE_GROUPS
             kv = 0 if whole else kv_heads
-            self.matrices[group].append(Matrix(rows, cols, count, row, module, held, whole, parts, fused, kv))
+            m = Matrix(rows, cols, count, row, module, held, whole, parts, fused, kv, bits)
+            self.matrices[group].append(m)
 
-    def loose(self, n: int, whole: bool = False, gemm: bool = False, kv_heads: int = 0) -> None:
+    def loose(
+        self, n: int, whole: bool = False, gemm: bool = False, kv_heads: int = 0, wide: bool = False
+    ) -> None:
         """`n` parameters outside the matrices (`other`); `whole`: every tensor-parallel rank holds them
         whole (norms, a row-parallel layer's bias, a router's bias, learned positions); `gemm` (whole ones
         only): unquantized matrices every token multiplies (`other_gemm`); `kv_heads` (split ones only): the
-        K/V heads' of layers of that many KV heads (`other_kv`)."""
+        K/V heads' of layers of that many KV heads (`other_kv`); `wide` (whole ones only): stored in four
+        bytes (`other_wide`)."""
         assert whole or not gemm
+        assert whole or not wide
         assert not (whole and kv_heads)
         self.other += n
         if whole:
             self.other_whole += n
+        if wide:
+            self.other_wide += n
         if gemm:
             self.other_gemm += n
+            if wide:
+                self.other_gemm_wide += n
         if kv_heads and n:
             self.other_kv[kv_heads] = self.other_kv.get(kv_heads, 0) + n
 
@@ -186,7 +209,17 @@ class Breakdown:
         layers) and `other_whole` (as `other`), under the same `aliases`, to be priced as the model is, layer
         by layer (`kvsim.model.weights.weight_groups`: the quantization decided on the whole model,
         `Quantization.for_model`, then `Quantization.group_bytes` of this part)."""
-        return self._part(self.other_whole, lambda m: m.whole)
+        part = self._part(self.other_whole, lambda m: m.whole)
+        part.other_wide = self.other_wide  # (all of them whole: priced so in `other_bytes`)
+        return part
+
+    def other_bytes(self, dtype_bits: int) -> int:
+        """Bytes of `other`: at `dtype_bits`, those of `other_wide` at four bytes."""
+        return -(-(self.other - self.other_wide) * dtype_bits // 8) + 4 * self.other_wide
+
+    def other_gemm_bytes(self, dtype_bits: int) -> int:
+        """Bytes of `other_gemm`: at `dtype_bits`, those of `other_gemm_wide` at four bytes."""
+        return -(-(self.other_gemm - self.other_gemm_wide) * dtype_bits // 8) + 4 * self.other_gemm_wide
 
     def kv_part(self, heads: int) -> Breakdown:
         """The K/V rows (and their loose parameters, as `other`) of the attention layers of `heads` KV heads,
@@ -609,7 +642,8 @@ def param_breakdown(
             sx = f"{ff}.shared_expert"
         b.add("shared_experts", shared_ffn, hidden, 2 * n_moe, layers=moe_at, **gate_up(sx))
         b.add("shared_experts", hidden, shared_ffn, n_moe, row=True, module=f"{sx}.down_proj", layers=moe_at)
-        b.add("router", experts, hidden, n_moe, module=f"{moe}.gate", layers=moe_at)
+        gate_bits = 32 if model_type in FP32_ROUTER_TYPES else 0
+        b.add("router", experts, hidden, n_moe, module=f"{moe}.gate", layers=moe_at, bits=gate_bits)
         # The router's e_score_correction_bias: DeepSeek's where it routes with `noaux_tc`; Kimi-Linear's on
         # every MoE layer, whatever its routing (`KimiMoE` builds it unconditionally, float32:
         # `models/kimi_k3/nvidia/model.py`, `amd/linear.py`), counted in the checkpoint's dtype as `other`.
@@ -663,6 +697,7 @@ def fused_parts_refusal(b: Breakdown, ignored: tuple[str, ...] | list[str]) -> s
 
 
 __all__ = [
+    "FP32_ROUTER_TYPES",
     "GROUPS",
     "LAYERS_PREFIX",
     "Breakdown",

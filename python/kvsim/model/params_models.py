@@ -248,10 +248,12 @@ def deepseek_v4(
         gemm=True,
     )
     mix = hc * hc + 2 * hc
+    # The hyper-connection mixers are float32 parameters whatever the checkpoint's dtype
+    # (`models/deepseek_v4/nvidia/model.py` lines 623-662 hc_attn_* / hc_ffn_*, 883-901 hc_head_*).
     b.loose(
-        2 * layers * (mix * hc * hidden + mix + 3), whole=True, gemm=True
+        2 * layers * (mix * hc * hidden + mix + 3), whole=True, gemm=True, wide=True
     )  # hc_attn_*, hc_ffn_* (fn, base, scale)
-    b.loose(hc * hc * hidden + hc + 1, whole=True, gemm=True)  # hc_head_*
+    b.loose(hc * hc * hidden + hc + 1, whole=True, gemm=True, wide=True)  # hc_head_*
     b.loose(2 * hidden * layers + hidden, whole=True)  # attn_norm, ffn_norm, the final norm
     experts = pick("n_routed_experts", least=1)  # vLLM's DeepSeek-V4 builds an MoE block on every layer
     moe_ffn = pick("moe_intermediate_size", least=1)
@@ -272,3 +274,6 @@ def deepseek_v4(
     b.add("router", experts, hidden, layers, module="ffn.gate", layers=every)
     hashed = pick("num_hash_layers", default=0, required=False)
     b.loose(experts * (layers - hashed), whole=True)  # the gate's bias (hash-routed layers have none)
+    # A hash-routed layer's token-to-expert table instead, `gate.tid2eid` (vocab x experts a token), int32
+    # (`models/deepseek_v4/nvidia/model.py` lines 285-300; int64 only under the mega-MoE backends)
+    b.loose(min(hashed, layers) * pick("vocab_size") * per_tok, whole=True, wide=True)

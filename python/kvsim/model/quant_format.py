@@ -183,18 +183,20 @@ class Quantization:
         return out
 
     def group_bytes(self, b: Breakdown, group: str, dtype_bits: int) -> int:
-        """Bytes of `b`'s `group` matrices: each in the format `layout` gives it, the rest at `dtype_bits`."""
+        """Bytes of `b`'s `group` matrices: each in the format `layout` gives it, the rest at `dtype_bits` (or
+        their own width, `Matrix.bits`)."""
         dense = Format("dense", dtype_bits)
         total = 0
         for m in b.matrices[group]:
             for fmt, n in self.layout(b, group, m).items():
-                total += (fmt or dense).matrix_bytes(dataclasses.replace(m, count=n))
+                own = Format("dense", m.bits) if m.bits else dense  # (an fp32 router: `Matrix.bits`)
+                total += (fmt or own).matrix_bytes(dataclasses.replace(m, count=n))
         return total
 
     def weight_bytes(self, b: Breakdown, dtype_bits: int) -> int:
         """Bytes of every weight of `b`, quantized matrices in their group's format (layer by layer:
         `quantized`), the rest at `dtype_bits`."""
-        total = -(-b.other * dtype_bits // 8)
+        total = b.other_bytes(dtype_bits)
         return total + sum(self.group_bytes(b, group, dtype_bits) for group in GROUPS)
 
     def for_model(self, b: Breakdown) -> Quantization:

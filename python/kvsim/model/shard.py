@@ -714,6 +714,8 @@ def shard(
         if m.weight_bytes or held_bytes
         else 0,
         towers=tuple(dataclasses.replace(t, split=-(-t.split // tp)) for t in m.towers),
+        # (MLA's dequantized kv_b_proj: each rank's heads, as kv_b_proj's ColumnParallelLinear splits them)
+        mla_absorbed_bytes=-(-m.mla_absorbed_bytes // tp),
     )
     if m.num_experts and (n > tp or expert_parallel):
         # The routed experts over tp x dp GPUs, the rest over tp (`expert_gpus`) but what is whole.

@@ -47,10 +47,11 @@ from kvsim.model.linear_time import (
     linear_time_model,
     load_calibration,
 )
+from kvsim.model.machete import machete_zero_bytes
 from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
-from kvsim.model.mxfp4_padding import mxfp4_padding_bytes
+from kvsim.model.mxfp4_padding import mxfp4_padding_bytes, mxfp4_triton_layout_bytes
 from kvsim.model.quant import min_capability
 from kvsim.model.shard import resolve, shard
 from kvsim.model.units import fmt_bytes, fmt_count
@@ -361,6 +362,14 @@ def size_pool(
         pad = mxfp4_padding_bytes(
             base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
         )
+        # gpt-oss on the OAI Triton kernels: float32 expert biases, Hopper's padded layouts
+        pad += mxfp4_triton_layout_bytes(
+            base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
+        )
+        # Machete's 16-bit zero points on Hopper (AWQ, asymmetric compressed-tensors int weights)
+        pad += machete_zero_bytes(base, g.arch, tp)
+        # The sparse-attention models' top-k index buffer, built with the model
+        pad += dsa.topk_indices_bytes(base, max_num_batched_tokens, tp)
         if pad:
             m = dataclasses.replace(m, weight_bytes=m.param_bytes + pad)
             gpu_weights = m.param_bytes

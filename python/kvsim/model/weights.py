@@ -152,12 +152,12 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
         )
     out["other"] = WeightGroup(
         b.other,
-        -(-b.other * bits // 8),
+        b.other_bytes(bits),
         "bf16",
         whole.other,
-        -(-whole.other * bits // 8),
+        whole.other_bytes(bits),
         b.other_gemm,
-        -(-b.other_gemm * bits // 8),
+        b.other_gemm_bytes(bits),
         tuple((h, part.other, -(-part.other * bits // 8)) for h, part in kv_parts if part.other),
     )
     return out
