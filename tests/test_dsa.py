@@ -460,12 +460,12 @@ def test_an_fp8_cache_on_hopper_is_flashmlas_656_byte_entry():
     assert fp8.pool.kv_bytes_per_token == 61 * (DS_MLA + INDEX) == 48_068
     kv = fp8.pool.kv_cache_bytes
     assert kv == bf16.pool.kv_cache_bytes  # (the weights and activations do not change)
-    assert fp8.num_blocks == kv // 3_076_352 == 14_411
-    assert bf16.num_blocks == kv // (64 * 61 * (LATENT + INDEX)) == 8_844
-    assert fp8.pool.figures.kv_cache_tokens == 14_411 * 64 == 922_304
-    assert bf16.pool.figures.kv_cache_tokens == 566_016
+    assert fp8.num_blocks == kv // 3_076_352 == 14_306
+    assert bf16.num_blocks == kv // (64 * 61 * (LATENT + INDEX)) == 8_779
+    assert fp8.pool.figures.kv_cache_tokens == 14_306 * 64 == 915_584
+    assert bf16.pool.figures.kv_cache_tokens == 561_856
     # kvsim.pool_blocks and a Model sized on its own take the same entry
-    assert kvsim.pool_blocks("deepseek-v3.2", "h200", 64, kv_cache_bytes=kv, kv_dtype="fp8") == 14_411
+    assert kvsim.pool_blocks("deepseek-v3.2", "h200", 64, kv_cache_bytes=kv, kv_dtype="fp8") == 14_306
     assert models.get("deepseek-v3.2").with_kv_dtype("fp8_ds_mla").kv_bytes_per_token == 48_068
 
 
@@ -552,9 +552,9 @@ def test_kvsim_run_with_an_fp8_cache_on_h200(capsys):
     argv = ["run", "--model", "deepseek-v3.2", "--gpu", "h200", "-tp", "8", "--kv-cache-dtype", "fp8"]
     assert main([*argv, "--requests", "50"]) == 0
     out = capsys.readouterr().out
-    assert "pool: 14,411 blocks × 64 tokens = 922,304 tokens = 41.3 GiB" in out
+    assert "pool: 14,306 blocks × 64 tokens = 915,584 tokens = 41.0 GiB" in out
     assert "deepseek-v3.2 46.9 KiB per token, tp 8" in out  # (48,068 bytes)
-    assert "vllm: GPU KV cache size: 922,304 tokens" in out
+    assert "vllm: GPU KV cache size: 915,584 tokens" in out
     assert "kv_cache_dtype=fp8_ds_mla (fp8 given)" in out
 
 
