@@ -860,3 +860,12 @@ def test_pool_blocks_takes_its_arguments_as_simconfig_does(kw, said):
         kvsim.pool_blocks("llama-3-8b", "h100-80gb", **args)
     # Units are taken as SimConfig takes them: "1GiB" of 2 MiB blocks, the null block one of them.
     assert kvsim.pool_blocks("llama-3-8b", None, 16, kv_cache_bytes="1GiB") == 512
+
+
+def test_the_host_link_is_the_hosts_and_geforce_tensor_rates_accumulate_in_fp32() -> None:
+    """B200's PCIe Gen6 meets its DGX host's Gen5 CPUs (Xeon 8570): host memory at Gen5 x16's 64 GB/s each way,
+    so a 2 MiB block of Llama-3-8B's KV takes ~33 us on the link, not ~16; the RTX 2070's dense rate is the
+    Turing whitepaper's fp16-accumulate 59.7 TFLOPS halved for fp32 accumulate, as every other GeForce entry."""
+    assert gpus.get("b200").pcie_bandwidth == 64e9
+    assert gpus.get("b200").pcie_bandwidth == gpus.get("h100-80gb").pcie_bandwidth
+    assert gpus.get("rtx-2070").peak_flops == pytest.approx(59.7e12 / 2, rel=0.002)

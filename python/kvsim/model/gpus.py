@@ -91,11 +91,13 @@ def _g(
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
-        # Turing whitepaper (RTX 2070 Founders Edition): 8 GB GDDR6, 448 GB/s, 59.7 TFLOPS fp16 tensor
-        # (fp16 accumulate; GeForce halves fp32-accumulate); PCIe 3.0 x16 (~16 GB/s each way). kvsim's first
-        # target card; kept at the rate it was specified with.
+        # Turing whitepaper (RTX 2070, reference boost clock 1,620 MHz): 8 GB GDDR6, 448 GB/s, 59.7 TFLOPS fp16
+        # tensor with fp16 accumulate, which GeForce halves with fp32 accumulate: 29.9 (the rate every other
+        # GeForce entry here takes, and PyTorch's fp16 GEMMs accumulate in fp32; Turing has no bf16; the
+        # Founders Edition's 1,710 MHz boost gives 31.5); PCIe 3.0 x16 (~16 GB/s each way). Was 59.7 (the
+        # fp16-accumulate rate, kvsim's first target card) until 2026-12-06.
         # CUDA: 7.78 GiB (tloen/alpaca-lora#442, an RTX 2070: "7.78 GiB total capacity").
-        _g("rtx-2070", 7967 * MIB, 448e9, 59.7e12, 16e9, "NVIDIA Turing architecture whitepaper, Appendix A"),
+        _g("rtx-2070", 7967 * MIB, 448e9, 29.9e12, 16e9, "NVIDIA Turing architecture whitepaper, Appendix A"),
         # GA102 whitepaper (RTX 3090): 24 GB GDDR6X, 936 GB/s, 71 TFLOPS fp16 tensor with fp32 accumulate
         # (142 with fp16 accumulate); PCIe 4.0 x16 (32 GB/s each way); nvidia-smi reports 24,576 MiB.
         # CUDA: 23.56 GiB (wtdcode/vllm-backport#34, RTX 3090s: "Free memory on device (22.93/23.56 GiB)";
@@ -279,16 +281,18 @@ GPUS: dict[str, Gpu] = {
             peer=450e9,
         ),
         # HGX B200 datasheet, per GPU (1/8 of the board): 180 GB HBM3e, 7.7 TB/s, 2.25 PFLOPS bf16, 4.5 fp8,
-        # 9 fp4 dense (the sheet's 36 / 72 / 144 PFLOPS per 8 GPUs are with sparsity); PCIe Gen6 x16
-        # (128 GB/s each way), NVLink 1.8 TB/s per GPU (both ways); nvidia-smi reports 183,359 MiB.
+        # 9 fp4 dense (the sheet's 36 / 72 / 144 PFLOPS per 8 GPUs are with sparsity); NVLink 1.8 TB/s per
+        # GPU (both ways); nvidia-smi reports 183,359 MiB. Host link: the GPU's PCIe Gen6 x16 meets its
+        # host's Gen5 (the DGX B200 user guide, docs.nvidia.com/dgx/dgxb200-user-guide: "2 x Intel Xeon 8570",
+        # PCIe Gen5 CPUs), so host memory moves at Gen5 x16's 64 GB/s each way (128 GB/s was Gen6's).
         # CUDA: 182,631 MiB = 178.35 GiB (stas00/ml-engineering's debug/pytorch.md: "total capacity of 178.35 GiB").
         _g(
             "b200",
             182631 * MIB,
             7.7e12,
             2250e12,
-            128e9,
-            "NVIDIA HGX B200 datasheet",
+            64e9,
+            "NVIDIA HGX B200 datasheet; DGX B200 user guide (host CPUs)",
             fp8=4500e12,
             fp4=9000e12,
             peer=900e9,
