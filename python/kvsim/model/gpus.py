@@ -11,7 +11,8 @@ peaks, dense (no structured sparsity: datasheets quoting "with sparsity" are hal
 given at their FP32-accumulate tensor rate (what bf16 GEMMs use), which their whitepapers list at half
 the FP16-accumulate rate. `pcie_bandwidth` is one direction of the host link (datasheets quote both
 directions added), which is what a swap-out or swap-in crosses. The time model prices FLOPs at
-`peak_flops` (bf16); `fp8_flops` and `fp4_flops` are kept for reference (0: no tensor-core support).
+`peak_flops` (bf16), a GEMM whose weights and activations both run at fp8 or fp4 at `fp8_flops` or
+`fp4_flops` (`kvsim.model.timing._flops`; 0: no tensor-core support for that dtype, bf16's rate taken).
 """
 
 from __future__ import annotations
