@@ -255,7 +255,7 @@ impl Engine<'_> {
             return (dt, true);
         }
         let step_end = self.t + dt as i64;
-        let (_, flush_end) = self.offer_stores(step_end);
+        let (_, flush_end) = self.offer_stores_inline(step_end);
         let dt = if flush_end > step_end {
             (flush_end - self.t) as u64 // (a flush waits past the step's end)
         } else {
