@@ -123,13 +123,6 @@ impl Engine<'_> {
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
     #[inline(never)]
     pub(in crate::engine) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
-        self.offer_stores_inline(step_end)
-    }
-
-    /// `offer_stores`, inline in a lockstep step's (`tier_step_stores_now`: most of a run's offers).
-    #[inline(always)]
-    #[allow(clippy::inline_always)] // one call site: measured (results/README.md §CPU tier)
-    pub(super) fn offer_stores_inline(&mut self, step_end: i64) -> (bool, i64) {
         if self.cfg.groups.is_some() && self.tier_ref().has_cpu {
             if self.nothing_to_offer() {
                 return (false, 0); // (nothing was allocated either: `touched` is empty)
@@ -143,26 +136,32 @@ impl Engine<'_> {
         if !self.tier_hot.pending {
             return self.offer_scheduled(step_end); // (nobody preempted or finished, no fence)
         }
-        if self.scheduled.is_empty() {
-            // Requests finished in the step before and nothing else to offer for (`finish_retired`).
-            let tier = self.tier.as_deref_mut().expect("a CPU tier");
-            if tier.preempted_now.is_empty()
-                && tier.fences.is_empty()
-                && tier.last_offers.is_empty()
-            {
-                tier.finish_last();
-                tier.touched.clear();
-                self.tier_hot.pending = false; // (no fences: checked above)
-                return (false, 0);
-            }
+        if self.scheduled.is_empty() && self.finish_retired() {
+            return (false, 0);
         }
         self.offer_stores_now(step_end)
+    }
+
+    /// Requests finished in the step before and nothing else to offer for: if none has a chunk left to
+    /// offer and no request was preempted nor a block fenced (the usual case), they are done with the
+    /// tier (nothing offered, the occupancy as it was) and true; else false, nothing done.
+    #[inline]
+    pub(super) fn finish_retired(&mut self) -> bool {
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        if !(tier.preempted_now.is_empty() && tier.fences.is_empty() && tier.last_offers.is_empty())
+        {
+            return false;
+        }
+        tier.finish_last();
+        tier.touched.clear();
+        self.tier_hot.pending = false; // (no fences: checked above)
+        true
     }
 
     /// `offer_stores_now` with only scheduled requests to offer for: no request preempted or
     /// finished, no fence, so no flush.
     #[inline(never)]
-    fn offer_scheduled(&mut self, step_end: i64) -> (bool, i64) {
+    pub(super) fn offer_scheduled(&mut self, step_end: i64) -> (bool, i64) {
         self.flush_occupancy(); // (the offers may change it)
         let mut tier = self.tier.take().expect("a CPU tier");
         let mut planned = false;
