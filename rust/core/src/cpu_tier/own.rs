@@ -192,7 +192,8 @@ impl CpuTier {
     /// The caller names no key of `hi` held anywhere unless request `hi` has a record (its keys are its
     /// own: nobody else stores them; asserted in debug builds): the engine's private chunks, which is why
     /// the own runs are the engine's alone (crate-visible; the binding's tier has none).
-    #[inline]
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // the engine's usual store, one call site: measured (results/README.md §CPU tier)
     pub(crate) fn store_own(
         &mut self,
         h: &mut u32,

@@ -356,16 +356,24 @@ impl Engine<'_> {
             }
             self.waiting.pop_front();
             if TIER {
-                self.tier_admitted(k, num_new);
-            } else {
-                self.running.push(k);
-                self.scheduled.push((k, num_new));
+                // `tier_admitted` of a head the tier holds nothing for (`tier_has_nothing_for`: not
+                // remote, no hybrid tables), inline: its flags, and its blocks watched while a store
+                // may fence them.
                 let s = &mut self.slab[k];
-                s.adm_no = self.next_adm;
-                self.next_adm += ADM_STRIDE;
-                if self.out.first_scheduled[s.row - self.out_base] < 0 {
-                    self.out.first_scheduled[s.row - self.out_base] = self.t;
+                debug_assert!(!s.remote && s.hybrid.is_none());
+                s.held = false;
+                s.prefilling = s.num_computed < s.num_tokens();
+                if self.tier_hot.pending {
+                    self.tier_watch_blocks(k);
                 }
+            }
+            self.running.push(k);
+            self.scheduled.push((k, num_new));
+            let s = &mut self.slab[k];
+            s.adm_no = self.next_adm;
+            self.next_adm += ADM_STRIDE;
+            if self.out.first_scheduled[s.row - self.out_base] < 0 {
+                self.out.first_scheduled[s.row - self.out_base] = self.t;
             }
             budget -= num_new;
             if self.cancelled() {

@@ -316,7 +316,7 @@ impl Engine<'_> {
         // stays quiet whatever the observation sees: it adds no fence).
         let mut tier_moves = false;
         if self.tier.is_some() && !self.tier_idle() {
-            (dt, tier_moves) = self.tier_step_stores_now(dt);
+            (dt, tier_moves) = self.tier_lockstep_stores(dt);
         }
         let state = self.aggregate_state();
         self.record(dt, batch, tokens, state);

@@ -242,6 +242,27 @@ impl Engine<'_> {
         self.tier_step_stores_now(dt).0
     }
 
+    /// `tier_step_stores_now` of a lockstep step (not `tier_idle`), its two usual cases inline: only
+    /// admissions to offer for (`offer_scheduled`: no flush, so the step's duration stands), or only
+    /// requests finished in the step before with nothing left to offer (`finish_retired`: the step
+    /// stays quiet, as `tier_stays_quiet` then tells).
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // one call site, a lockstep step's: measured (results/README.md §CPU tier)
+    pub(in crate::engine) fn tier_lockstep_stores(&mut self, dt: u64) -> (u64, bool) {
+        if self.cfg.groups.is_none() && dt <= MAX_TIME_PS.saturating_sub(self.t as u64) {
+            if !self.tier_hot.pending {
+                debug_assert!(!self.scheduled.is_empty()); // (not `tier_idle`)
+                self.offer_scheduled(self.t + dt as i64);
+                return (dt, !self.tier_stays_quiet());
+            }
+            if self.scheduled.is_empty() && self.finish_retired() {
+                debug_assert!(self.tier_stays_quiet());
+                return (dt, false);
+            }
+        }
+        self.tier_step_stores_now(dt)
+    }
+
     /// `tier_step_stores` of a lockstep step with something to offer (not `tier_idle`): its scheduled
     /// requests are its admissions, whose `prefilling` is already as after the step (`tier_admitted`).
     /// Also returns whether the tier may have left the quiet (`tier_stays_quiet` false: lockstep mode

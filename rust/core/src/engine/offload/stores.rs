@@ -121,6 +121,7 @@ impl Engine<'_> {
     /// finished ones are done with the tier. A store this step must wait for (a preempted request's, or
     /// one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
+    #[inline(never)]
     pub(in crate::engine) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
         if self.cfg.groups.is_some() && self.tier_ref().has_cpu {
             if self.nothing_to_offer() {
@@ -141,10 +142,26 @@ impl Engine<'_> {
         self.offer_stores_now(step_end)
     }
 
+    /// Requests finished in the step before and nothing else to offer for: if none has a chunk left to
+    /// offer and no request was preempted nor a block fenced (the usual case), they are done with the
+    /// tier (nothing offered, the occupancy as it was) and true; else false, nothing done.
+    #[inline]
+    pub(super) fn finish_retired(&mut self) -> bool {
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        if !(tier.preempted_now.is_empty() && tier.fences.is_empty() && tier.last_offers.is_empty())
+        {
+            return false;
+        }
+        tier.finish_last();
+        tier.touched.clear();
+        self.tier_hot.pending = false; // (no fences: checked above)
+        true
+    }
+
     /// `offer_stores_now` with only scheduled requests to offer for: no request preempted or
     /// finished, no fence, so no flush.
     #[inline(never)]
-    fn offer_scheduled(&mut self, step_end: i64) -> (bool, i64) {
+    pub(super) fn offer_scheduled(&mut self, step_end: i64) -> (bool, i64) {
         self.flush_occupancy(); // (the offers may change it)
         let mut tier = self.tier.take().expect("a CPU tier");
         let mut planned = false;
@@ -162,22 +179,6 @@ impl Engine<'_> {
         tier.touched.clear();
         self.tier = Some(tier);
         (planned, 0)
-    }
-
-    /// Requests finished in the step before and nothing else to offer for: if none has a chunk left to
-    /// offer and no request was preempted nor a block fenced (the usual case), they are done with the
-    /// tier (nothing offered, the occupancy as it was) and true; else false, nothing done.
-    #[inline(never)]
-    fn finish_retired(&mut self) -> bool {
-        let tier = self.tier.as_deref_mut().expect("a CPU tier");
-        if !(tier.preempted_now.is_empty() && tier.fences.is_empty() && tier.last_offers.is_empty())
-        {
-            return false;
-        }
-        tier.finish_last();
-        tier.touched.clear();
-        self.tier_hot.pending = false; // (no fences: checked above)
-        true
     }
 
     /// Most steps: nobody to offer for, nothing to flush (`offer_stores` returns at once).
@@ -461,8 +462,28 @@ impl Engine<'_> {
 
     /// A request finishes (its blocks are about to be freed): the stores it has in flight fence the
     /// blocks they read, and what its last stores need is kept for the next step.
-    #[inline(never)]
+    #[inline]
     pub(in crate::engine) fn tier_finished(&mut self, k: usize) {
+        if let Some(tier) = self.tier.as_deref_mut()
+            && tier.has_cpu
+            && tier.cfg.prompt_only
+            && self.cfg.groups.is_none()
+        {
+            let s = &self.slab[k];
+            if s.jobs == 0 && s.next_store >= tier.per_chunk(s.prompt_len) {
+                // The usual finish (prompt-only: its prompt offered, no store in flight): no last
+                // offer, nothing to fence, its own run kept (`tier_finished_now`'s outcome).
+                tier.finished_last.push((s.row, s.tier_own));
+                self.tier_hot.pending = true;
+                return;
+            }
+        }
+        self.tier_finished_now(k);
+    }
+
+    /// `tier_finished` of any request.
+    #[inline(never)]
+    fn tier_finished_now(&mut self, k: usize) {
         if !self.tier_ref().has_cpu {
             if self.cfg.groups.is_some() {
                 // A hybrid decode replica's connector (DESIGN.md §Prefill/decode disaggregation).

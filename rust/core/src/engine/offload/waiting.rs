@@ -196,11 +196,16 @@ impl Engine<'_> {
                     .extend(t.blocks.iter().filter(|&&b| b != crate::BlockId::NULL));
             }
         } else if self.tier_hot.pending {
-            // Watched only while a store may fence blocks (vLLM's flush): a fence, or a request
-            // finished with chunks left to offer, is known before the step's admissions.
-            let tier = self.tier.as_deref_mut().expect("a CPU tier");
-            tier.touched.extend_from_slice(self.slab[k].table.blocks());
+            self.tier_watch_blocks(k);
         }
+    }
+
+    /// Admitted `k`'s blocks watched while a store may fence them (vLLM's flush): a fence, or a
+    /// request finished with chunks left to offer, is known before the step's admissions.
+    #[inline(never)]
+    pub(in crate::engine) fn tier_watch_blocks(&mut self, k: usize) {
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        tier.touched.extend_from_slice(self.slab[k].table.blocks());
     }
 
     /// A remote request admitted with no transfer (`ext = 0`): its prefill replica's blocks are freed
