@@ -223,6 +223,12 @@ def test_kv_cache_memory_bytes_must_hold_one_request(capsys):
         "is 131056"
         in kvsim.SimConfig.preset("vllm-v0", model="llama-3.1-8b", num_blocks=8191).pool.vllm_refusal
     )
+    # ... and one past the GPU: vLLM allocates the override's blocks after the weights and fails there.
+    fit = blocks.pool.kv_room_bytes // (16 * 128 * 1024)
+    assert kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=fit).pool.vllm_refusal is None
+    past = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=fit + 1).pool.vllm_refusal
+    assert "CUDA out of memory" in past
+    assert f"at most {fit:,} blocks fit" in past
     assert main(["run", "--model", "llama-3.1-8b", "--gpu", "l40s", "--num-gpu-blocks-override", "100",
                  "--requests", "5"]) == 0  # fmt: skip
     (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: vLLM refuses")]
@@ -266,6 +272,25 @@ def test_the_smallest_num_blocks_on_a_gpu_is_one_vllm_starts():
     assert refused.height
     assert all("does not fit one request" in t for t in refused["refused"])
     assert all(v < 1025 for v in refused["num_blocks"])
+
+
+def test_the_smallest_pool_without_a_gpu_is_one_vllm_starts():
+    """Without a GPU a pool in blocks or bytes below one request runs as kvsim's experiment, but a search's answer
+    is a pool vLLM starts with: `--smallest num_blocks` and `kv_cache_bytes` at a 4,096-token context refuse
+    the probes below one request and the null block (257 blocks; 257 blocks' bytes)."""
+    w = make_workload(*parse_workload("sharegpt"), 40, 0)
+    for knob, start, least in (
+        ("num_blocks", {"num_blocks": 2000}, 257),
+        ("kv_cache_bytes", {"kv_cache_bytes": 2000 * 2 * 2**20}, 257 * 2 * 2**20),
+    ):
+        cfg = kvsim.SimConfig(model="llama-3.1-8b", max_model_len=4096, **start)
+        r = smallest_memory(w, cfg, {"ttft_p99": 10.0}, knob=knob, rate=1.0, workers=2, max_probes=16)
+        assert r.value is not None
+        assert r.value >= least
+        assert cfg.replace(**{knob: r.value}).pool.vllm_refusal is None
+        refused = r.probes.filter(pl.col("refused").is_not_null())
+        assert refused.height
+        assert all(v < least for v in refused[knob])
 
 
 def test_the_smallest_kv_cache_bytes_is_one_vllm_starts():

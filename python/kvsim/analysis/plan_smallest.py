@@ -164,6 +164,10 @@ def smallest_memory(
     if knob == "num_blocks":
         own = float(config.pool.vllm_blocks)  # (the num_blocks that gives this pool: v0's one fewer)
         lo_d, hi_d = 2.0, min(own * 64, most)
+        pool = config.pool
+        if pool.kv_room_bytes is not None and pool.layout is not None:
+            # (more blocks than fit beside the weights fail in vLLM, CUDA out of memory: not searched above)
+            hi_d = min(hi_d, float(pool.kv_room_bytes // pool.layout.bytes_per_block))
     elif knob == "kv_cache_bytes":
         pool = config.pool
         if pool.kv_cache_bytes is None and pool.kv_bytes_per_token is None:
@@ -212,11 +216,13 @@ def smallest_memory(
 
     def make(x: float) -> tuple[Any, Any, dict[str, Any]]:
         probe_config = setter(config, x)
-        refusal = probe_config.pool.vllm_refusal if knob == "num_blocks" and config.gpu is not None else None
+        pool = probe_config.pool
+        refusal = pool.vllm_refusal if pool is not None else None
         if refusal is not None:
-            # (vLLM 0.33.0 checks an override's blocks at start-up: a pool it refuses does not suffice, as a
-            # kv_cache_bytes below one request is refused by the configuration)
-            raise InvalidArgumentError(f"num_blocks {int(x)}: {refusal}")
+            # (a pool vLLM 0.33.0 refuses at start-up does not suffice: an override below one request or past
+            # the GPU, a kv_cache_bytes below one request without a GPU, which kvsim runs as experiments, are
+            # refused by the configuration here, as a kv_cache_bytes below one request on a GPU is)
+            raise InvalidArgumentError(f"{knob} {x:g}: {refusal}")
         return target, probe_config, {"rate": r}
 
     return _search(

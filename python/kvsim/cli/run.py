@@ -195,6 +195,17 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
             "no pool to simulate: give --model and --gpu (sized as vLLM does), --model with "
             "--kv-cache-memory-bytes, or --num-gpu-blocks-override"
         )
+    if all(cfg.get(k) is None for k in ("num_blocks", "kv_cache_bytes", "gpu")) and not args.preset:
+        smallest = getattr(args, "smallest", None)
+        start = (
+            f" (--smallest {smallest} starts its search at that pool, or at the GPU's)"
+            if smallest in ("num_blocks", "kv_cache_bytes", "gpu_memory_utilization")
+            else ""
+        )
+        raise FlagError(
+            f"no pool to simulate: --model {cfg['model']} without --gpu has no memory to size one from: give "
+            f"--gpu (sized as vLLM does), --kv-cache-memory-bytes, or --num-gpu-blocks-override{start}"
+        )
     try:
         config = kvsim.SimConfig.preset(args.preset, **cfg) if args.preset else kvsim.SimConfig(**cfg)
     except InvalidArgumentError as exc:

@@ -441,6 +441,17 @@ def size_pool(
                 _check_one_request(vllm_bytes, m, layout, context, in_flight, "num_blocks")
             except InvalidArgumentError as exc:
                 refusal = str(exc).split(": ", 1)[1]
+            room = common["kv_room_bytes"]
+            alloc = num_blocks * layout.bytes_per_block
+            if refusal is None and room is not None and g is not None and alloc > room:
+                # (vLLM allocates the override's blocks after the weights, as it does `--kv-cache-memory-bytes`:
+                # `_check_kv_cache_bytes_fit`'s bound; a pool past it fails there, CUDA out of memory)
+                refusal = (
+                    f"{num_blocks:,} blocks of {fmt_bytes(layout.bytes_per_block)} are {fmt_bytes(alloc)}: with "
+                    f"{m.name}'s weights ({fmt_bytes(m.loaded_bytes)} a GPU) they exceed {g.name}'s "
+                    f"{fmt_bytes(g.memory_bytes)}; vLLM allocates them after the weights and fails (CUDA out of "
+                    f"memory): at most {room // layout.bytes_per_block:,} blocks fit"
+                )
         # (vLLM's num_gpu_blocks_override, counted by `null_block`'s rule as a sized pool is: vLLM v1's N
         # blocks hold its null block, v0's N were all usable)
         blocks = pool_num_blocks(num_blocks, null_block)
