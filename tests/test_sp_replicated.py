@@ -131,3 +131,20 @@ def test_linear_model_multiplies_the_moe_blocks_whole_matrices_on_a_tp_th():
     sp = shard(m, None, 8, data_parallel_size=2, expert_parallel=True).num_active_params
     split = shard(m, None, 8, data_parallel_size=2).num_active_params
     assert split - sp == 106_430_464 * 7 // 8 == 93_126_656
+
+
+def test_kimi_k2_is_served_by_deepseeks_file():
+    """Moonshot's Kimi-K2 says `model_type` kimi_k2 and `architectures` DeepseekV3ForCausalLM: vLLM 0.33.0 serves
+    it with deepseek_v2.py, so its sequence-parallel MoE is DeepSeek's decoder-layer pattern with its shared
+    experts whole, as DeepSeek-V3's (a review found the type missing: priced as not opting in)."""
+    import dataclasses
+    import json
+
+    from kvsim.model.collectives import sequence_parallel_moe, sequence_parallel_pattern
+
+    v3 = kvsim.models.get("deepseek-v3")
+    k2 = dataclasses.replace(v3, config_json=json.dumps({**v3.config_fields, "model_type": "kimi_k2"}))
+    assert k2.model_type == "kimi_k2"
+    assert sequence_parallel_pattern(k2) == sequence_parallel_pattern(v3) == "deepseek"
+    assert sequence_parallel_moe(k2, 8, 2, True)
+    assert sequence_parallel_replicated(k2, 8, 2, True) == ("shared_experts",)

@@ -128,6 +128,14 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1) -> CollectiveLink:
     return CollectiveLink(group, rate, how, hosts)
 
 
+# The `model_type`s vLLM 0.33.0 serves with `deepseek_v2.py` (its `DeepseekV2ForCausalLM` and
+# `DeepseekV3ForCausalLM`, which a config's `architectures` names): DeepSeek-V2 and V3, and Moonshot's Kimi-K2,
+# whose config.json says `"model_type": "kimi_k2"` with `"architectures": ["DeepseekV3ForCausalLM"]`
+# (moonshotai/Kimi-K2-Instruct). One home for the list: the collectives' and the whole groups' tables below,
+# and `kvsim.model.shard`'s MLA rules.
+DEEPSEEK_V2_FILE = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+
+
 # How the model file vLLM 0.33.0 serves a `model_type` with on CUDA takes part in the sequence-parallel MoE
 # (`ParallelConfig.use_sequence_parallel_moe`, `config/parallel.py` L767-785: the default
 # `allgather_reducescatter` all-to-all, expert parallelism, tp > 1 and dp > 1). A model opts in per MoE layer
@@ -166,10 +174,9 @@ SEQUENCE_PARALLEL_MOE: dict[str, str] = {
     # `mimo_v2.py` MiMoV2MoE L136, L184, `forward` L192-215
     "mimo_v2_flash": BLOCK,
     # `deepseek_v2.py` DeepseekV2DecoderLayer L1300-1304 (use_sequence_parallel_moe, pp 1, a MoE layer),
-    # o_proj L1325, `forward` L1352-1423; DeepseekV2Model.forward L1550-1560, L1578-1585 (Kimi-K2's config
-    # says deepseek_v3)
-    "deepseek_v2": DEEPSEEK,
-    "deepseek_v3": DEEPSEEK,
+    # o_proj L1325, `forward` L1352-1423; DeepseekV2Model.forward L1550-1560, L1578-1585 (every type vLLM
+    # serves with that file: `DEEPSEEK_V2_FILE`)
+    **dict.fromkeys(DEEPSEEK_V2_FILE, DEEPSEEK),
     # DeepSeek-V3.2 and GLM-5 on CUDA: `models/deepseek_v32/nvidia/model.py` (registry.py L95-98, L126;
     # `deepseek_v2.py` serves them on XPU and CPU only): DeepseekV32DecoderLayer L78-81 (every layer),
     # `forward` L122-166 (all-gather L147-148, reduce-scatter L152-153), the dense MLP replicated L107-115;
@@ -235,8 +242,7 @@ SEQUENCE_PARALLEL_MOE_ROCM: dict[str, str] = {"deepseek_v4": "", "kimi_linear": 
 #   `Qwen3NextSparseMoeBlock`), at whichever pattern (`BLOCK` under `mlp_only_layers` too). AITER's fused
 #   shared expert (ROCm, L152-159) is not modelled.
 SEQUENCE_PARALLEL_REPLICATED: dict[str, tuple[str, ...]] = {
-    "deepseek_v2": ("shared_experts",),
-    "deepseek_v3": ("shared_experts",),
+    **dict.fromkeys(DEEPSEEK_V2_FILE, ("shared_experts",)),
     "deepseek_v32": ("shared_experts", "mlp"),
     "glm_moe_dsa": ("shared_experts", "mlp"),
     "deepseek_v4": ("shared_experts",),

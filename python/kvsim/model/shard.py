@@ -17,7 +17,7 @@ import math
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 from kvsim.model import quant
 from kvsim.model.architecture import dtype_bits
-from kvsim.model.collectives import sequence_parallel_moe, sequence_parallel_replicated
+from kvsim.model.collectives import DEEPSEEK_V2_FILE, sequence_parallel_moe, sequence_parallel_replicated
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.models import Model
@@ -433,7 +433,7 @@ def _fp8_refusal(m: Model, tp: int, layer: str, what: str, full: int, share: int
 
 # The model types vLLM 0.33.0 builds with `DeepseekV2MLAAttention` (`deepseek_v2.py`), whose `q_b_proj` /
 # `q_proj` and `kv_b_proj` are column-parallel layers of one output.
-_DEEPSEEK_MLA = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+_DEEPSEEK_MLA = DEEPSEEK_V2_FILE
 
 
 def _check_fp8_blocks(m: Model, tp: int, whole: tuple[str, ...] = ()) -> None:
