@@ -335,3 +335,29 @@ def test_a_p99_of_two_requests_is_never_printed_outside_its_interval():
         assert high is None or row["e2el_p99"] <= high
         assert row["outside_ci"] is False  # the bound 0.4948 s lies inside [low, ∞)
         assert low <= 0.4948
+
+
+def test_a_percentile_on_its_bound_gets_no_absurd_request_count(capsys):
+    """The e2el p99 at 8 req/s is 0.9996 s against a 1 s bound: n (w/d)^2 gave about 940,000,000
+    requests (years of arrivals, past the simulated clock kvsim could run). Past `SETTLE_CAP` (or the
+    clock at the rate) the caveat gives the relative gap and says no practical sample settles it."""
+    from kvsim.analysis.plan_search import SETTLE_CAP
+
+    argv = [
+        "plan", "--model", "opt-13b", "--kv-cache-memory-bytes", "2GiB", "--workload", "sharegpt",
+        "--requests", "400", "--workers", "1", "--max-probes", "3", "--seed", "3",
+        "--slo", "e2el_p99:1000ms", "--json",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {p["rate"]: p for p in out["probes"]}
+    row = rows[8.0]
+    assert abs(row["e2el_p99"] - 1.0) < 1e-3
+    gap = 100 * abs(row["e2el_p99"] - 1.0)
+    message = out["message"]
+    assert (
+        f"e2el_p99 at 8 req/s sits {gap:.2g} % from its bound: too close for any practical sample" in message
+    )
+    assert f"more than {SETTLE_CAP:,} requests" in message
+    assert "or more would put the bound" not in message
+    assert "940,000,000" not in message
