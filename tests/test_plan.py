@@ -328,6 +328,11 @@ def test_bad_search_arguments_are_refused():
     queued = kvsim.workloads.synthetic(10, arrivals="all-at-once", seed=0)
     with pytest.raises(InvalidArgumentError, match="all arrive at once"):
         kvsim.plan(queued, FAKE_CONFIG, ONE, probe=probe)
+    # One request has no rate, whatever its arrival process (a Poisson workload was told to use one).
+    single = kvsim.workloads.synthetic(1, arrivals="poisson", seed=0)
+    with pytest.raises(InvalidArgumentError, match=r"a workload of 1 request has no rate to scale") as err:
+        kvsim.plan(single, FAKE_CONFIG, ONE, probe=probe)
+    assert "Poisson" not in str(err.value)
     with pytest.raises(InvalidArgumentError, match="knob 'cpu_blocks'"):
         smallest_memory(w, FAKE_CONFIG, ONE, knob="cpu_blocks", probe=probe)
 
