@@ -56,6 +56,7 @@ from kvsim.analysis.plan_search import (
     PlanResult,
     Search,
     bound_outside_ci,
+    check_judgeable,
     check_precision,
     parse_slos,
 )
@@ -375,6 +376,8 @@ def _search(
                     # Memory that cannot even hold the model is memory that does not suffice.
                     refused[i] = str(exc)
                     continue
+                if not rows and not jobs:  # (the first probe's workload: every probe's lengths)
+                    check_judgeable(workload, slos)
                 jobs.append(_Job(i, probe, workload, config))
                 extras.append(extra)
             results: list[Any] = [None] * len(xs)

@@ -286,6 +286,30 @@ class Search:
 # ------------------------------------------------------------------------------------------ sampling
 
 
+def check_judgeable(workload: Any, slos: Sequence[SLO]) -> None:
+    """Refuses TPOT SLOs on a workload none of whose requests asks for a second token a sample
+    (`output_len <= num_samples` for every one): TPOT, taken over requests of more than one token a sample
+    (`kvsim.engine.simulate.latency_values`), is undefined on every probe, so the SLO cannot be judged
+    (each probe failed it, and the search answered "every rate probed fails"). A workload without those
+    columns (a caller's) is not checked.
+
+    Raises:
+        InvalidArgumentError: naming the SLO.
+    """
+    tpot = [s.metric for s in slos if s.metric.startswith("tpot_")]
+    out, samples = getattr(workload, "output_len", None), getattr(workload, "num_samples", None)
+    if not tpot or out is None or samples is None or len(out) == 0:
+        return
+    import numpy as np
+
+    if bool((np.asarray(out) > np.asarray(samples)).any()):
+        return
+    raise InvalidArgumentError(
+        f"slo {', '.join(tpot)}: cannot be judged on this workload: TPOT is undefined, for no request has a "
+        "second output token (every output_len is 1 a sample); bound TTFT or e2el instead"
+    )
+
+
 SETTLE_CAP = 10_000_000
 """The most requests the sampling caveat quotes as the count that would settle a verdict (DESIGN.md
 §Capacity search, "Sampling"): beyond it (or beyond what the simulated clock holds at the probe's rate)
@@ -952,6 +976,7 @@ __all__ = [
     "PlanResult",
     "Search",
     "bound_outside_ci",
+    "check_judgeable",
     "check_precision",
     "interval",
     "parse_slos",
