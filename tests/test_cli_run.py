@@ -487,6 +487,35 @@ def test_a_burst_the_run_drains_is_not_overloaded(capsys, tmp_path):
     assert "the workload offers" not in over[0]
 
 
+def test_the_too_short_note_takes_no_rate_from_a_few_arrivals(capsys, tmp_path):
+    """2 ShareGPT-like requests at the generator's 2 req/s arrive 0.007 s apart (seed 13): the note took
+    their rate as 1 / that gap, 141 req/s, and asked for 1,316 requests; it now quotes the workload's 2
+    req/s. A trace states no rate: two arrivals 1 ns apart gave 1e9 req/s and tens of millions of
+    requests; with fewer than `MIN_RATE_ARRIVALS` the note says the rate cannot be told and gives no
+    count."""
+    import math
+
+    from kvsim.analysis.run_report import MIN_RATE_ARRIVALS, STEADY_SPANS
+
+    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
+    out = _json(capsys, [*argv, "--workload", "sharegpt", "--requests", "2", "--seed", "13"])
+    (note,) = [n for n in out["notes"] if n.startswith("not a steady state")]
+    assert "the workload's rate, 2 requests/s" in note
+    need = math.ceil(STEADY_SPANS * out["summary"]["e2e_s_p99"] * 2)
+    assert f"about {need:,} requests at this rate" in note
+    assert "141" not in note
+    trace = tmp_path / "t2.csv"
+    trace.write_text("arrival,prompt_len,output_len\n0,100,10\n0.000000001,100,10\n")
+    out = _json(capsys, [*argv, "--workload", str(trace)])
+    (note,) = [n for n in out["notes"] if n.startswith("not a steady state")]
+    assert "requests/s" not in note
+    assert "at this rate" not in note
+    assert (
+        f"how many cannot be told, for 2 arrivals give no rate (one needs at least {MIN_RATE_ARRIVALS}"
+        in note
+    )
+
+
 def test_a_run_too_short_for_a_steady_state_says_so(capsys):
     """`kvsim run`'s too-short note (DESIGN.md §Capacity search, "Steady state", plan's rule): 300
     ShareGPT-like requests on OPT-13B at 3 req/s arrive over about 90 s, under 5 times their e2e p99, so
@@ -513,12 +542,12 @@ def test_a_run_too_short_for_a_steady_state_says_so(capsys):
     e2e = float(np.quantile(done["finish"].to_numpy() - arrival, 0.99))
     assert e2e == pytest.approx(short["summary"]["e2e_s_p99"])
     assert span < STEADY_SPANS * e2e
-    rate = (done.height - 1) / span
+    rate = 3.0  # (the workload's own rate, not the arrivals' (n - 1) / span)
     assert (
         f"the 300 requests that finished arrived over {span:.3g} s, {span / e2e:.2g} times their e2e p99 "
         f"of {e2e:.3g} s" in note
     )
-    assert f"their rate, {rate:.3g} requests/s" in note
+    assert "the workload's rate, 3 requests/s" in note
     need = math.ceil(STEADY_SPANS * e2e * rate)
     assert need / rate >= STEADY_SPANS * e2e > (need - 1) / rate  # (arrivals at that rate over 5 e2e p99s)
     assert f"about {need:,} requests at this rate, or more (--requests)" in note

@@ -328,6 +328,11 @@ def test_bad_search_arguments_are_refused():
     queued = kvsim.workloads.synthetic(10, arrivals="all-at-once", seed=0)
     with pytest.raises(InvalidArgumentError, match="all arrive at once"):
         kvsim.plan(queued, FAKE_CONFIG, ONE, probe=probe)
+    # One request has no rate, whatever its arrival process (a Poisson workload was told to use one).
+    single = kvsim.workloads.synthetic(1, arrivals="poisson", seed=0)
+    with pytest.raises(InvalidArgumentError, match=r"a workload of 1 request has no rate to scale") as err:
+        kvsim.plan(single, FAKE_CONFIG, ONE, probe=probe)
+    assert "Poisson" not in str(err.value)
     with pytest.raises(InvalidArgumentError, match="knob 'cpu_blocks'"):
         smallest_memory(w, FAKE_CONFIG, ONE, knob="cpu_blocks", probe=probe)
 
@@ -344,3 +349,46 @@ def test_rate_scaling_is_the_generators_rate():
     table = kvsim.Workload(arrival=[0.0, 1.0, 4.0], prompt_len=[5, 5, 5], output_len=[2, 2, 2])
     assert workload_rate(table) == 0.5
     assert math.isclose(workload_rate(at_rate(table, 2.0)), 2.0)
+
+
+def test_a_tpot_slo_on_one_token_requests_is_refused_not_failed(tmp_path):
+    """60 requests of one output token each: TPOT (over requests of more than one token) has no sample
+    on any probe, so a TPOT SLO cannot be judged. It was failed at every probe and the search answered
+    "every rate probed fails"; now plan refuses it up front, naming the SLO, and a TTFT SLO on the same
+    workload searches as usual. One request of two tokens gives TPOT a sample: no refusal."""
+    from kvsim.cli import main
+
+    rng = np.random.default_rng(0)
+    arrivals = np.cumsum(rng.exponential(0.5, size=60))
+    rows = "".join(
+        f"{a:.4f},{int(p)},1\n" for a, p in zip(arrivals, rng.integers(100, 400, size=60), strict=True)
+    )
+    trace = tmp_path / "one_token.csv"
+    trace.write_text("arrival,prompt_len,output_len\n" + rows)
+    from kvsim.workloads.traces import load_table
+
+    w = load_table(trace)
+    assert (w.output_len == 1).all()
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
+    with pytest.raises(
+        InvalidArgumentError, match=r"^slo tpot_p99: cannot be judged on this workload: TPOT is undefined"
+    ):
+        kvsim.plan(w, cfg, {"tpot_p99": 0.01}, max_probes=3, workers=1)
+    argv = [
+        "plan",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-80gb",
+        "--workload",
+        str(trace),
+        "--workers",
+        "1",
+        "--max-probes",
+        "3",
+    ]
+    assert main([*argv, "--slo", "tpot_p99:10ms"]) == 2
+    assert main([*argv, "--slo", "ttft_p99:10ms"]) == 0
+    two = tmp_path / "two_tokens.csv"
+    two.write_text("arrival,prompt_len,output_len\n" + rows.replace(",1\n", ",2\n", 1))
+    assert main([*argv[:6], str(two), *argv[7:], "--slo", "tpot_p99:10ms"]) == 0

@@ -204,3 +204,14 @@ def test_the_probe_takes_the_configs_pd_knobs_unless_given():
     moved = pd_probe(w, cfg, prefill_replicas=1, pd_threshold_tokens=0)
     assert moved["pd_local_prefills"] == 0
     assert moved["pd_transfers"] > 0
+
+
+def test_a_split_search_refuses_a_tpot_slo_on_one_token_requests():
+    """Every request of one output token: TPOT has no sample on any fleet (`check_judgeable`), so the
+    split search refuses the TPOT SLO by name rather than failing every fleet."""
+    w = kvsim.workloads.synthetic(
+        20, arrival_rate=2.0, lengths="fixed", length_params={"prompt_len": 64, "output_len": 1}, seed=0
+    )
+    assert (w.output_len == 1).all()
+    with pytest.raises(InvalidArgumentError, match=r"^slo tpot_p99: cannot be judged on this workload"):
+        best_split(w, kvsim.SimConfig(**MODEL), {"tpot_p99": 0.01}, max_gpus=2, workers=1)

@@ -258,3 +258,106 @@ def test_a_best_whose_answer_rests_on_the_sample_says_so():
     unsure, line = lines[1.0001]
     assert unsure == []
     assert "SAMPLE" not in line
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, -0.1, 1.1, float("nan")])
+def test_a_quantile_outside_zero_one_is_refused_by_name(p):
+    """The 0- and 1-quantiles (a distribution's ends) have no order-statistics interval, and NaN is no
+    probability: each function refuses p by name rather than raising a bare math error or answering."""
+    from kvsim.errors import InvalidArgumentError
+
+    for call in (
+        lambda: order_statistic_ranks(10, p),
+        lambda: quantile_interval([1.0, 2.0, 3.0], p),
+        lambda: fewest_for_both_ends(p),
+        lambda: requests_to_settle(10, 1.0, 0.5, 1.5, 2.0, 0.95, p),
+    ):
+        with pytest.raises(InvalidArgumentError, match=r"^p "):
+            call()
+
+
+def test_nan_estimates_and_values_are_refused_by_name():
+    from kvsim.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=r"^estimate nan"):
+        requests_to_settle(100, float("nan"), 0.5, 1.5, 2.0)
+    with pytest.raises(InvalidArgumentError, match=r"^bound inf"):
+        requests_to_settle(100, 1.0, 0.5, 1.5, math.inf)
+    with pytest.raises(InvalidArgumentError, match=r"^values hold NaN"):
+        quantile_interval(np.array([np.nan, 1.0, 2.0, 3.0] * 100), 0.5)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 10, 25, 100, 367, 368, 1000])
+@pytest.mark.parametrize("p", [0.5, 0.9, 0.99, 0.999])
+def test_the_interval_holds_the_percentile_kvsim_prints(n, p):
+    """With few draws an end's rank can pass the linear estimate (the p99 of 2 draws: the lower end at
+    the larger, above the interpolated p99): the end widens to the estimate's neighbouring rank, which
+    still covers the quantile at least 95 % of the time, so the interval never excludes the percentile."""
+    rng = np.random.default_rng(n)
+    v = rng.exponential(size=n)
+    est = float(np.quantile(v, p))
+    lo, hi = quantile_interval(v, p)
+    assert lo is None or lo <= est
+    assert hi is None or est <= hi
+    s = np.sort(v)
+    for end in (lo, hi):  # an order statistic, whose coverage is at least the level's
+        if end is not None:
+            (rank,) = np.flatnonzero(s == end) + 1
+            if end is lo:
+                assert 1 - _cdf(n, p, int(rank) - 1) >= 0.975 - 1e-12
+            else:
+                assert _cdf(n, p, int(rank) - 1) >= 0.975 - 1e-12
+    if (n, p) == (2, 0.99):  # the report's case: [x_(2), ∞) became [x_(1), ∞)
+        assert order_statistic_ranks(2, 0.99) == (2, None)
+        assert (lo, hi) == (s[0], None)
+
+
+def test_a_p99_of_two_requests_is_never_printed_outside_its_interval():
+    """`kvsim plan` with 2 requests a probe: the table's p99 and the caveat's interval agree (before, the
+    interval started at the larger e2e, above the interpolated p99, and the caveat called a bound below the
+    whole interval "inside")."""
+    argv = [
+        "plan", "--model", "opt-13b", "--kv-cache-memory-bytes", "2GiB", "--workload", "sharegpt",
+        "--requests", "2", "--workers", "1", "--max-probes", "2", "--seed", "1",
+        "--slo", "e2el_p99:494.8ms", "--json",
+    ]  # fmt: skip
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(argv)
+    doc = json.loads(out.getvalue())
+    for row in doc["probes"]:
+        low, high = row["e2el_p99_ci_low"], row["e2el_p99_ci_high"]
+        assert low is not None
+        assert low <= row["e2el_p99"]
+        assert high is None or row["e2el_p99"] <= high
+        assert row["outside_ci"] is False  # the bound 0.4948 s lies inside [low, ∞)
+        assert low <= 0.4948
+
+
+def test_a_percentile_on_its_bound_gets_no_absurd_request_count(capsys):
+    """The e2el p99 at 8 req/s is 0.9996 s against a 1 s bound: n (w/d)^2 gave about 940,000,000
+    requests (years of arrivals, past the simulated clock kvsim could run). Past `SETTLE_CAP` (or the
+    clock at the rate) the caveat gives the relative gap and says no practical sample settles it."""
+    from kvsim.analysis.plan_search import SETTLE_CAP
+
+    argv = [
+        "plan", "--model", "opt-13b", "--kv-cache-memory-bytes", "2GiB", "--workload", "sharegpt",
+        "--requests", "400", "--workers", "1", "--max-probes", "3", "--seed", "3",
+        "--slo", "e2el_p99:1000ms", "--json",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {p["rate"]: p for p in out["probes"]}
+    row = rows[8.0]
+    assert abs(row["e2el_p99"] - 1.0) < 1e-3
+    gap = 100 * abs(row["e2el_p99"] - 1.0)
+    message = out["message"]
+    assert (
+        f"e2el_p99 at 8 req/s sits {gap:.2g} % from its bound: too close for any practical sample" in message
+    )
+    assert f"more than {SETTLE_CAP:,} requests" in message
+    assert "or more would put the bound" not in message
+    assert "940,000,000" not in message

@@ -56,6 +56,7 @@ from kvsim.analysis.plan_search import (
     PlanResult,
     Search,
     bound_outside_ci,
+    check_judgeable,
     check_precision,
     parse_slos,
 )
@@ -73,13 +74,19 @@ def workload_rate(workload: Any) -> float:
     `time_scale` applied since), else `(n - 1) / (last - first arrival)`.
 
     Raises:
-        InvalidArgumentError: a workload whose requests all arrive at once (it has no rate to scale).
+        InvalidArgumentError: a workload whose requests all arrive at once, or of fewer than 2 requests
+            (it has no rate to scale).
     """
     meta = getattr(workload, "meta", {}) or {}
     arrival = getattr(workload, "arrival", None)
     if arrival is None:
         raise InvalidArgumentError(f"workload {workload!r} is not a kvsim.Workload (it has no arrivals)")
-    span = float(arrival[-1] - arrival[0]) if len(arrival) > 1 else 0.0
+    if len(arrival) < 2:
+        raise InvalidArgumentError(
+            f"capacity search scales arrivals: a workload of {fmt_count(len(arrival), 'request')} has no "
+            "rate to scale (give it 2 or more: --requests)"
+        )
+    span = float(arrival[-1] - arrival[0])
     if span <= 0:
         raise InvalidArgumentError(
             "capacity search scales arrivals: the workload's requests all arrive at once (use a Poisson, "
@@ -369,6 +376,8 @@ def _search(
                     # Memory that cannot even hold the model is memory that does not suffice.
                     refused[i] = str(exc)
                     continue
+                if not rows and not jobs:  # (the first probe's workload: every probe's lengths)
+                    check_judgeable(workload, slos)
                 jobs.append(_Job(i, probe, workload, config))
                 extras.append(extra)
             results: list[Any] = [None] * len(xs)

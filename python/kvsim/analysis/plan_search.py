@@ -286,6 +286,37 @@ class Search:
 # ------------------------------------------------------------------------------------------ sampling
 
 
+def check_judgeable(workload: Any, slos: Sequence[SLO]) -> None:
+    """Refuses TPOT SLOs on a workload none of whose requests asks for a second token a sample
+    (`output_len <= num_samples` for every one): TPOT, taken over requests of more than one token a sample
+    (`kvsim.engine.simulate.latency_values`), is undefined on every probe, so the SLO cannot be judged
+    (each probe failed it, and the search answered "every rate probed fails"). A workload without those
+    columns (a caller's) is not checked.
+
+    Raises:
+        InvalidArgumentError: naming the SLO.
+    """
+    tpot = [s.metric for s in slos if s.metric.startswith("tpot_")]
+    out, samples = getattr(workload, "output_len", None), getattr(workload, "num_samples", None)
+    if not tpot or out is None or samples is None or len(out) == 0:
+        return
+    import numpy as np
+
+    if bool((np.asarray(out) > np.asarray(samples)).any()):
+        return
+    raise InvalidArgumentError(
+        f"slo {', '.join(tpot)}: cannot be judged on this workload: TPOT is undefined, for no request has a "
+        "second output token (every output_len is 1 a sample); bound TTFT or e2el instead"
+    )
+
+
+SETTLE_CAP = 10_000_000
+"""The most requests the sampling caveat quotes as the count that would settle a verdict (DESIGN.md
+§Capacity search, "Sampling"): beyond it (or beyond what the simulated clock holds at the probe's rate)
+the percentile sits too close to its bound for any practical sample, and the caveat says so with the
+relative gap instead of a number."""
+
+
 def quantile_of(slo: SLO) -> float | None:
     """The quantile a percentile SLO bounds (`ttft_p99`: 0.99), None for a mean or a fraction."""
     stat = slo.metric.rsplit("_", 1)[-1]
@@ -519,6 +550,17 @@ class PlanResult:
             return False
         return True if any(f is True for f in flags) else None
 
+    def _practical_requests(self, row: Mapping[str, Any]) -> int:
+        """The most requests `_settling_requests` quotes as a number (`SETTLE_CAP`, and on the rate axis
+        no more than the simulated clock holds at the probe's rate): past it the percentile sits too close
+        to its bound for any practical sample to settle it."""
+        cap = SETTLE_CAP
+        if self.axis == "rate":
+            from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+
+            cap = min(cap, max(math.floor(float(row[self.axis]) * MAX_TIME_PS / PS_PER_S), 1))
+        return cap
+
     def _settling_requests(self, row: Mapping[str, Any], slo: SLO) -> int | None:
         """About how many requests would make `row`'s verdict on `slo` clear
         (`quantile_ci.requests_to_settle`, over the percentile's sample, scaled to the probe's finished
@@ -563,7 +605,7 @@ class PlanResult:
         is not False)."""
         if self.outside_ci is not False:
             return ""
-        parts, needs = [], []
+        parts, needs, close = [], [], []
         n_shown = None
         for row in self._decisive_rows():
             for slo in unsure_slos(row, self.slos):
@@ -585,7 +627,12 @@ class PlanResult:
                     f"{at} {'passes' if row['passed'] else 'fails'} {slo.label()} with "
                     f"{row[slo.metric]:.4g}{unit}{source} ({span})"
                 )
-                needs.append(self._settling_requests(row, slo))
+                m = self._settling_requests(row, slo)
+                if m is not None and m > self._practical_requests(row):
+                    gap = abs(row[slo.metric] - slo.bound) / slo.bound if slo.bound else math.inf
+                    close.append(f"{slo.metric} at {at} sits {100 * gap:.2g} % from its bound")
+                    continue
+                needs.append(m)
         one = len(parts) == 1
         lo, hi = self._told_apart()
         low_word, high_word = ("passing", "failing") if self.axis == "rate" else ("failing", "passing")
@@ -610,8 +657,17 @@ class PlanResult:
         else:
             apart = "; no probe's verdict is clear of its interval"
         known = [m for m in needs if m is not None]
-        if not known:
+        too_close = (
+            f"{'; '.join(close)}: too close for any practical sample to settle "
+            f"{'it' if len(close) == 1 else 'them'} (that would take more than "
+            f"{fmt_count(SETTLE_CAP, 'request')}, or more than the simulated clock holds at the rate)"
+        )
+        if not known and close and len(needs) == 0:
+            need = too_close
+        elif not known:
             need = "no number of requests puts a bound outside an interval around a percentile equal to it"
+            if close:
+                need += f"; {too_close}"
         else:
             need = (
                 f"about {fmt_count(max(known), 'request')} or more would put "
@@ -623,6 +679,8 @@ class PlanResult:
                     else ")"
                 )
             )
+            if close:
+                need += f"; {too_close}"
         return (
             f"THE {'VERDICT RESTS' if one else 'VERDICTS REST'} ON THE SAMPLE: {'; '.join(parts)}: "
             f"{'the bound lies' if one else 'each bound lies'} inside the order statistics' "
@@ -918,6 +976,7 @@ __all__ = [
     "PlanResult",
     "Search",
     "bound_outside_ci",
+    "check_judgeable",
     "check_precision",
     "interval",
     "parse_slos",

@@ -121,7 +121,10 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         )
     short = too_short(result) if growth is None else None  # (an overloaded run's note says it is not one)
     if short is not None:
-        notes.append(too_short_note(s["completed"], *short))
+        arrived_over, e2e_p99, rate = short
+        notes.append(
+            too_short_note(s["completed"], arrived_over, e2e_p99, note_rate(workload, s["completed"], rate))
+        )
     if s["rejected"]:
         reasons = result.requests["reject_reason"].drop_nulls().value_counts(sort=True)
         why = "; ".join(f"{reason}: {n:,}" for reason, n in reasons.iter_rows())
@@ -343,12 +346,41 @@ def too_short(result: Any) -> tuple[float, float, float] | None:
     return span, e2e, (n - 1) / span if span > 0 else math.inf
 
 
-def too_short_note(finished: int, span: float, e2e: float, rate: float) -> str:
+MIN_RATE_ARRIVALS = 10
+"""The fewest finished requests whose arrivals' span `kvsim run`'s too-short note takes a rate from when
+the workload states none (a trace): from fewer the span is a handful of gaps (2 requests: one gap, a
+rate anywhere from a few to 10^9 requests/s), and the note says the rate cannot be told."""
+
+
+def note_rate(workload: Any, finished: int, observed: float) -> tuple[float, str] | None:
+    """The rate `too_short_note` quotes, with whose it is: the workload's own where a generator states it
+    (`arrival_rate` over any `time_scale`, `kvsim.analysis.plan.workload_rate`), else the finished
+    requests' observed `(n - 1) / span` when at least `MIN_RATE_ARRIVALS` finished; None from fewer (a
+    rate from a few gaps is noise, and the requests it asks for with it absurd)."""
+    meta = getattr(workload, "meta", {}) or {}
+    if meta.get("arrival_rate") is not None and meta.get("arrivals") in ("poisson", "gamma", "constant"):
+        from kvsim.analysis.plan import workload_rate
+        from kvsim.errors import InvalidArgumentError
+
+        try:
+            return workload_rate(workload), "the workload's rate"
+        except InvalidArgumentError:
+            pass
+    if finished >= MIN_RATE_ARRIVALS and math.isfinite(observed):
+        return observed, "their rate"
+    return None
+
+
+def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[float, str] | None) -> str:
     """`kvsim run`'s note on a run too short to reach a steady state (`too_short`'s figures; DESIGN.md
     §Capacity search, "Steady state"): how long the finished requests arrived over against their e2e p99,
     why that is no steady state, and the requests one needs at this rate, `STEADY_SPANS` times the e2e p99
     of arrivals (a floor: the e2e p99 grows as a longer run fills the engine). A batch, every request
-    arriving at once, has no rate to sustain: it says so instead."""
+    arriving at once, has no rate to sustain: it says so instead. `rate` is `note_rate`'s (a bare number:
+    "their rate"); None where too few arrived to tell one (no request count then), and past
+    `plan_search.SETTLE_CAP` requests the count is given as more than that."""
+    from kvsim.analysis.plan_search import SETTLE_CAP
+
     done = fmt_count(finished, "request")
     if span <= 0:
         return (
@@ -356,14 +388,29 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float) -> str:
             "are the batch's as it drains, not those of a rate the engine sustains (arrivals at a rate measure "
             "those: --workload NAME:arrival_rate=R)"
         )
-    need = math.ceil(STEADY_SPANS * e2e * rate)
-    return (
+    head = (
         f"not a steady state: the {done} that finished arrived over {span:.3g} s, {span / e2e:.2g} times "
         f"their e2e p99 of {e2e:.3g} s, and a run starts empty: until its arrivals have lasted about its "
         "requests' longest latencies the engine holds fewer of them than the rate keeps in it, so the "
-        "latencies, batch and memory above were measured on a lighter engine than their rate, "
-        f"{rate:.3g} requests/s, keeps in a steady state; one needs arrivals over {STEADY_SPANS:g} times the e2e p99: about "
-        f"{fmt_count(need, 'request')} at this rate, or more (--requests)"
+        "latencies, batch and memory above were measured on a lighter engine than "
+    )
+    if rate is None:
+        return (
+            f"{head}their rate keeps in a steady state; one needs arrivals over {STEADY_SPANS:g} times the "
+            f"e2e p99, so more requests (--requests); how many cannot be told, for "
+            f"{fmt_count(finished, 'arrival')} give no rate (one needs at least {MIN_RATE_ARRIVALS}; a "
+            "generator's arrival_rate states one)"
+        )
+    value, whose = rate if isinstance(rate, tuple) else (rate, "their rate")
+    need = math.ceil(STEADY_SPANS * e2e * value)
+    count = (
+        f"more than {fmt_count(SETTLE_CAP, 'request')} at this rate, more than kvsim usefully runs"
+        if need > SETTLE_CAP
+        else f"about {fmt_count(need, 'request')} at this rate, or more (--requests)"
+    )
+    return (
+        f"{head}{whose}, {value:.3g} requests/s, keeps in a steady state; one needs arrivals over "
+        f"{STEADY_SPANS:g} times the e2e p99: {count}"
     )
 
 
