@@ -288,8 +288,10 @@ def test_an_mla_latent_on_tp_ranks_is_kept_once_in_the_tier_as_vllm_keeps_it():
         assert wide.kv_offloading_store_block_bytes == wide.kv_offloading_block_bytes
         per_rank = wide.kv_offloading_block_bytes // tp
         assert wide.kv_offloading_chunk_bytes == -(-tp * per_rank // 4096) * 4096
+    # (at tp 4 DeepSeek-V3's fp8 weights, its MLA's bf16 kv_b_proj copy and the activations leave room for one
+    # request of 27,072 tokens: 16,384 fit)
     tray = kvsim.SimConfig(
-        model="deepseek-v3", gpu="gb200", tensor_parallel_size=4, max_model_len=32768, kv_offloading_size=64
+        model="deepseek-v3", gpu="gb200", tensor_parallel_size=4, max_model_len=16384, kv_offloading_size=64
     )
     assert tray.kv_offloading_replicated
     assert kvsim.gpus.get("gb200").gpus_per_host == 4
