@@ -586,9 +586,11 @@ class PlanResult:
 
     def _told_apart(self) -> tuple[float | None, float | None]:
         """The nearest probes on either side of the answer whose verdicts are clear of their intervals
-        (`outside_ci` True): for a rate the highest passing clearly below the lowest failing clearly, and
-        that one; for the other axes the highest failing clearly and the lowest passing clearly above it.
-        Between them the sample does not tell the answer apart (each end None where no probe is clear)."""
+        (`outside_ci` True), as (low, high): the high end first, the lowest probe clear on the high side (for a
+        rate the lowest failing clearly, for the other axes the lowest passing clearly), then the low end, the
+        highest probe clear on the other verdict below it (a rate's highest passing clearly, the others'
+        highest failing clearly). Between them the sample does not tell the answer apart (each end None where
+        no probe is clear)."""
         if "outside_ci" not in self.probes.columns:
             return None, None
         rows = [r for r in self.probes.iter_rows(named=True) if r.get("outside_ci") is True]
