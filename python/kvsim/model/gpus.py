@@ -469,6 +469,12 @@ def vllm_server_batch_defaults(
     return 2048, 256
 
 
+def is_rocm(arch: str | None) -> bool:
+    """Whether `arch` is an AMD GPU's (`gfxNNN`: MI300X gfx942, MI350X / MI355X gfx950), run by vLLM's ROCm
+    platform and its own files."""
+    return arch is not None and arch.startswith("gfx")
+
+
 def datacenter_blackwell(arch: str | None) -> bool:
     """Whether `arch` is compute capability 10.x (B200, GB200: sm_100; B300, GB300: sm_103), the family vLLM
     0.33.0's `is_device_capability_family(100)` tests (its 1024-wide CUDA graph ceiling, FlashInfer's MLA and

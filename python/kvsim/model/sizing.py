@@ -33,7 +33,8 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import dsa
-from kvsim.model.gpus import Gpu, datacenter_blackwell
+from kvsim.model.collectives import sequence_parallel_replicated
+from kvsim.model.gpus import Gpu, datacenter_blackwell, is_rocm
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.knobs import KNOBS
 from kvsim.model.layers import KVLayout, kv_layout
@@ -345,6 +346,7 @@ def size_pool(
     # parallelism or each split over them without it (vLLM's fused MoE), the rest over tp.
     # (on an AMD GPU vLLM's ROCm files, whose sequence-parallel MoE replicates less: `shard`)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    rocm = g is not None and is_rocm(g.arch)
     m = (
         shard(
             base,
@@ -352,7 +354,7 @@ def size_pool(
             tensor_parallel_size,
             data_parallel_size=data_parallel_size,
             expert_parallel=expert_parallel,
-            rocm=g is not None and (g.arch or "").startswith("gfx"),
+            rocm=rocm,
         )
         if base is not None
         else None
@@ -369,7 +371,13 @@ def size_pool(
             base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
         )
         # Machete's 16-bit zero points on Hopper (AWQ, asymmetric compressed-tensors int weights)
-        pad += machete_zero_bytes(base, g.arch, tp)
+        # (the groups the sequence-parallel MoE holds whole counted whole, as `shard` counts them)
+        pad += machete_zero_bytes(
+            base,
+            g.arch,
+            tp,
+            sequence_parallel_replicated(base, tp, data_parallel_size, expert_parallel, rocm),
+        )
         # The sparse-attention models' top-k index buffer, built with the model
         pad += dsa.topk_indices_bytes(base, max_num_batched_tokens, tp)
         if pad:
@@ -692,7 +700,7 @@ def available_kv_bytes(
     m, g = resolve(model, gpu)
     assert g is not None
     tp = tensor_parallel_size
-    rocm = (g.arch or "").startswith("gfx")
+    rocm = is_rocm(g.arch)
     m = shard(m, None, tp, data_parallel_size=data_parallel_size, expert_parallel=expert_parallel, rocm=rocm)
     if weight_bytes is not None:  # one GPU's weights as `size_pool` shares them (data or expert parallelism)
         m = dataclasses.replace(m, weight_bytes=weight_bytes)

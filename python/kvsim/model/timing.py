@@ -23,7 +23,7 @@ from kvsim.model.collectives import (
     sequence_parallel_replicated,
 )
 from kvsim.model.dsa import dsa_index_bytes, dsa_kv_dtype, index_key_bytes, minimax_m3_sparse, mla_entry_bits
-from kvsim.model.gpus import Gpu
+from kvsim.model.gpus import Gpu, is_rocm
 from kvsim.model.knobs import MAX_COEFFICIENT_PS
 from kvsim.model.layers import Layer
 from kvsim.model.models import Model
@@ -108,7 +108,7 @@ def roofline_time_model(
         )
     # The step's collectives (`collectives.moe_collectives`): the MoE layers' gather and scatter group (the DP
     # group, or the EP group when sequence-parallel) and tensor parallelism's collectives over the layers.
-    rocm = (gpu.arch or "").startswith("gfx")
+    rocm = is_rocm(gpu.arch)
     coll = moe_collectives(model, tp, dp, ep > 1, _moe_layer_flags(model), rocm)
     # The groups the sequence-parallel MoE holds whole on every GPU (shared experts, some models' dense MLPs:
     # `collectives.SEQUENCE_PARALLEL_REPLICATED`), () outside it.
