@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvsim.model import quant
 from kvsim.model.models import Model
 from kvsim.model.params import kv_share
+from kvsim.model.weights import model_breakdown
 
 if TYPE_CHECKING:
     from kvsim.model.params import Matrix
@@ -46,9 +48,6 @@ def machete_zero_bytes(m: Model, arch: str | None, tp: int, replicated: tuple[st
     `kvsim.model.collectives.sequence_parallel_replicated`), their zero points and rank's shape whole."""
     if arch != "sm_90" or m.quant_method not in MACHETE_ZERO_METHODS or not m.config_json:
         return 0
-    from kvsim.model import quant
-    from kvsim.model.weights import model_breakdown
-
     b, _ = model_breakdown(m)
     cfg = m.config_fields
     q = quant.from_config(cfg.get("quantization_config"), f"model {m.name!r}", b).for_model(b)

@@ -24,6 +24,7 @@ from kvsim.model.collectives import (
 )
 from kvsim.model.dsa import dsa_index_bytes, dsa_kv_dtype, index_key_bytes, minimax_m3_sparse, mla_entry_bits
 from kvsim.model.gpus import Gpu, is_rocm
+from kvsim.model.hf_layers import nemotron_h_pattern
 from kvsim.model.knobs import MAX_COEFFICIENT_PS
 from kvsim.model.layers import Layer
 from kvsim.model.models import Model
@@ -713,8 +714,6 @@ def _moe_layer_flags(model: Model) -> tuple[bool, ...]:
         return (False,) * model.num_layers
     cfg = model.config_fields  # (empty for the 2024 presets)
     if model.model_type == "nemotron_h":
-        from kvsim.model.hf_layers import nemotron_h_pattern
-
         return tuple(c == "E" for c in nemotron_h_pattern(cfg, model.num_layers, model.name))
     from kvsim.model.params import _layer_flags
 
@@ -733,8 +732,6 @@ def _dense_mlp_layer_count(model: Model) -> int:
     but Nemotron-H's `-` blocks only (its `M` and `*` blocks are a Mamba mixer or an attention alone, no MLP:
     `nemotron_h.py` L278-425)."""
     if model.model_type == "nemotron_h":
-        from kvsim.model.hf_layers import nemotron_h_pattern
-
         return nemotron_h_pattern(model.config_fields, model.num_layers, model.name).count("-")
     return model.num_layers - _moe_layer_count(model)
 
