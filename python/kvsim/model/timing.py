@@ -15,6 +15,7 @@ from kvsim.model.collectives import (
     DEEPSEEK,
     EVERY_LAYER,
     NETWORK_BANDWIDTH,
+    SP_MOE_BLOCK_GROUPS,
     CollectiveLink,
     collective_link,
     dispatch_width,
@@ -188,7 +189,11 @@ def roofline_time_model(
             held = g.params / tp
         else:
             dense_bytes += (g.bytes - g.whole_bytes - rep_bytes) / tp + g.whole_bytes + rep_gpu_bytes
-            whole = g.whole_params / tp if coll.sequence_parallel and name != "attn" else g.whole_params
+            whole = (
+                g.whole_params / tp
+                if coll.sequence_parallel and name in SP_MOE_BLOCK_GROUPS
+                else g.whole_params
+            )
             held = (g.params - g.whole_params - rep_params) / tp + whole + rep_gpu_params
         dense_flop_tok += 2 * held / (_flops(gpu, g.rate) * eff.gemm_compute)
     dense_bytes += loose.gemm_bytes
