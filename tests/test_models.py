@@ -192,7 +192,7 @@ def test_gpu_presets() -> None:
 # The presets added for the GPUs served on in 2026: (CUDA's total in GiB, as the cited messages print it; memory
 # bandwidth; dense bf16, fp8 and fp4 FLOP/s; host link; peer link; arch), each against gpus.py's cited figures.
 GPUS_2026 = {
-    "b300": (267.69, 8.0e12, 2250e12, 4500e12, 13500e12, 128e9, 900e9, "sm_103"),
+    "b300": (267.69, 8.0e12, 2250e12, 4500e12, 13500e12, 64e9, 900e9, "sm_103"),
     "gb300": (276.50, 8.0e12, 2500e12, 5000e12, 15000e12, 450e9, 900e9, "sm_103"),
     "h200-nvl": (139.80, 4.8e12, 835.5e12, 1670.5e12, 0, 64e9, 450e9, "sm_90"),
     "rtx-6000-ada": (47.53, 960e9, 364.2e12, 728.5e12, 0, 32e9, 0, "sm_89"),

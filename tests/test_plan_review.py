@@ -274,6 +274,26 @@ def test_the_smallest_num_blocks_on_a_gpu_is_one_vllm_starts():
     assert all(v < 1025 for v in refused["num_blocks"])
 
 
+def test_the_smallest_num_blocks_searches_no_more_blocks_than_fit_beside_the_weights():
+    """`--smallest num_blocks` from an override past the GPU (40,000 blocks of 2 MiB, 78.1 GiB, beside
+    Llama-3.1-8B's 15.0 GiB on an L40S: vLLM fails, CUDA out of memory) searches no higher than the blocks that
+    fit beside the weights, `kv_room_bytes // bytes_per_block` (31,482,634,240 B // 2,097,152 = 15,012; not the
+    starting override's 64 times), and its verdicts are monotone (every failing probe below every passing one)."""
+    w = make_workload(*parse_workload("sharegpt"), 40, 0)
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", max_model_len=16384, num_blocks=40000)
+    assert "at most 15,012 blocks fit" in cfg.pool.vllm_refusal
+    cap = cfg.pool.kv_room_bytes // cfg.pool.layout.bytes_per_block
+    assert cap == 15012
+    r = smallest_memory(w, cfg, {"ttft_p99": 1.0}, knob="num_blocks", rate=2.0, workers=2, max_probes=16)
+    probes = r.probes["num_blocks"].to_list()
+    assert max(probes) == cap
+    assert r.value is not None
+    assert r.value <= cap
+    failing = r.probes.filter(~pl.col("passed"))["num_blocks"]
+    passing = r.probes.filter(pl.col("passed"))["num_blocks"]
+    assert failing.max() < passing.min()
+
+
 def test_the_smallest_pool_without_a_gpu_is_one_vllm_starts():
     """Without a GPU a pool in blocks or bytes below one request runs as kvsim's experiment, but a search's answer
     is a pool vLLM starts with: `--smallest num_blocks` and `kv_cache_bytes` at a 4,096-token context refuse

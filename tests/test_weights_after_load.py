@@ -124,6 +124,32 @@ def test_asymmetric_compressed_tensors_int_weights_take_machete_on_hopper():
     assert machete_zero_bytes(ct(True, 4), "sm_90", 1) == 0
 
 
+def test_machetes_zero_points_of_the_shared_experts_the_sequence_parallel_moe_holds_whole():
+    """Under expert parallelism at tp > 1, dp > 1 vLLM 0.33.0 holds Qwen3-Next's shared expert whole on every
+    GPU (collectives.SEQUENCE_PARALLEL_REPLICATED), so Machete's fp16 zero points of it are whole too: an AWQ
+    Qwen3-Next-80B-A3B (4 bits, groups of 128) at tp 2, dp 2 on an H100. Per layer its shared expert's
+    gate and up (512 x 2,048 each: 1,024 outputs x 16 groups) and down (2,048 x 512: 2,048 outputs x 4 groups)
+    keep 2 bytes a zero point where AWQ packed 0.5: (1,024 x 16 + 2,048 x 4) x 1.5 x 48 layers = 1,769,472 B
+    whole, 884,736 at tp 2 without expert parallelism (split as the rest)."""
+    from kvsim.model.machete import machete_zero_bytes
+    from tests.test_shard import _model, _preset
+
+    cfg = _preset("qwen3-next-80b-a3b")
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
+    m = _model(cfg, "qnext-awq")
+    shared = (1024 * 16 + 2048 * 4) * 3 // 2 * 48
+    assert shared == 1_769_472
+    split = machete_zero_bytes(m, "sm_90", 2)
+    assert machete_zero_bytes(m, "sm_90", 2, ("shared_experts",)) == split - shared // 2 + shared
+    for ep, extra in ((True, split + shared // 2), (False, split)):
+        pool = size_pool(
+            m, "h100-80gb", 16, tensor_parallel_size=2, data_parallel_size=2, enable_expert_parallel=ep
+        )
+        gpu = shard(m, None, 2, data_parallel_size=2, expert_parallel=ep)
+        assert pool.figures is not None
+        assert pool.figures.model_loading_bytes - gpu.loaded_bytes == extra
+
+
 def test_sparse_attention_models_load_their_top_k_index_buffer():
     """DeepSeek-V3.2's and GLM-5's model allocates `topk_indices_buffer`, max_num_batched_tokens x index_topk
     int32, as vLLM 0.33.0 builds it (models/deepseek_v32/nvidia/model.py lines 192-197), so inside "Model

@@ -148,7 +148,7 @@ def probe_summary(result: Any) -> dict[str, Any]:
     token a sample)."""
     from kvsim.analysis.quantile_ci import quantile_interval
     from kvsim.analysis.run_report import queue_growth, too_short, warmup
-    from kvsim.engine.simulate import latency_values
+    from kvsim.engine.simulate import SUMMARY_QUANTILES, latency_values
 
     summary = dict(result.summary)
     # Each latency percentile's 95 % interval from the requests it was taken over (DESIGN.md §Capacity
@@ -158,7 +158,7 @@ def probe_summary(result: Any) -> dict[str, Any]:
     summary["quantile_ci"] = {
         f"{name}_p{round(100 * q)}": list(quantile_interval(v, q))
         for name, v in values.items()
-        for q in (0.5, 0.9, 0.99)
+        for q in SUMMARY_QUANTILES
     }
     overloaded = queue_growth(result) is not None
     summary["overloaded"] = overloaded

@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from kvsim.engine.simulate import SUMMARY_QUANTILES
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
@@ -320,7 +321,7 @@ relative gap instead of a number."""
 def quantile_of(slo: SLO) -> float | None:
     """The quantile a percentile SLO bounds (`ttft_p99`: 0.99), None for a mean or a fraction."""
     stat = slo.metric.rsplit("_", 1)[-1]
-    return {"p50": 0.5, "p90": 0.9, "p99": 0.99}.get(stat) if slo.upper else None
+    return {f"p{round(q * 100)}": q for q in SUMMARY_QUANTILES}.get(stat) if slo.upper else None
 
 
 def interval(row: Mapping[str, Any], slo: SLO) -> tuple[float | None, float | None] | None:
@@ -483,7 +484,7 @@ class PlanResult:
         row = self._answer_row()
         if row is None or _steady(row) is not False:
             return ""
-        from kvsim.analysis.run_report import STEADY_SPANS
+        from kvsim.analysis.run_report import STEADY_SPANS, steady_requests
 
         done = row.get("completed")
         what = f"its {done:,} requests" if isinstance(done, int) else "its requests"
@@ -503,7 +504,7 @@ class PlanResult:
         if isinstance(span, float) and isinstance(e2e, float) and e2e > 0:
             rate = row.get("rate") if self.axis != "rate" else self.value
             need = (
-                f": about {fmt_count(math.ceil(STEADY_SPANS * e2e * rate), 'request')} at this rate, or more"
+                f": about {fmt_count(steady_requests(e2e, rate), 'request')} at this rate, or more"
                 if isinstance(rate, float | int) and rate > 0
                 else ""
             )
@@ -586,9 +587,11 @@ class PlanResult:
 
     def _told_apart(self) -> tuple[float | None, float | None]:
         """The nearest probes on either side of the answer whose verdicts are clear of their intervals
-        (`outside_ci` True): for a rate the highest passing clearly below the lowest failing clearly, and
-        that one; for the other axes the highest failing clearly and the lowest passing clearly above it.
-        Between them the sample does not tell the answer apart (each end None where no probe is clear)."""
+        (`outside_ci` True), as (low, high): the high end first, the lowest probe clear on the high side (for a
+        rate the lowest failing clearly, for the other axes the lowest passing clearly), then the low end, the
+        highest probe clear on the other verdict below it (a rate's highest passing clearly, the others'
+        highest failing clearly). Between them the sample does not tell the answer apart (each end None where
+        no probe is clear)."""
         if "outside_ci" not in self.probes.columns:
             return None, None
         rows = [r for r in self.probes.iter_rows(named=True) if r.get("outside_ci") is True]
@@ -900,10 +903,11 @@ class PlanResult:
             for c in cols:
                 v = r.get(c)
                 if c in ci_cols:
-                    low, high = interval(r, ci_cols[c]) or (None, None)
-                    if interval(r, ci_cols[c]) is None:
+                    span = interval(r, ci_cols[c])
+                    if span is None:
                         out.append("-")
                     else:
+                        low, high = span
                         out.append(
                             ("(-∞" if low is None else f"[{_end(low, ci_cols[c])}")
                             + ","

@@ -314,6 +314,12 @@ STEADY_SPANS = 5.0
 state (`too_short`; DESIGN.md §Capacity search, "Steady state")."""
 
 
+def steady_requests(e2e: float, rate: float) -> int:
+    """The requests a steady state needs at `rate` req/s: arrivals over `STEADY_SPANS` times the e2e p99
+    `e2e` (a floor: the e2e p99 grows as a longer run fills the engine)."""
+    return math.ceil(STEADY_SPANS * e2e * rate)
+
+
 def warmup(result: Any) -> tuple[int, float, float] | None:
     """The run's finished requests, the span of their arrivals and their end-to-end latency p99 (seconds,
     arrival to finish), or None with fewer than 2 finished."""
@@ -402,7 +408,7 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[f
             "generator's arrival_rate states one)"
         )
     value, whose = rate if isinstance(rate, tuple) else (rate, "their rate")
-    need = math.ceil(STEADY_SPANS * e2e * value)
+    need = steady_requests(e2e, value)
     count = (
         f"more than {fmt_count(SETTLE_CAP, 'request')} at this rate, more than kvsim usefully runs"
         if need > SETTLE_CAP

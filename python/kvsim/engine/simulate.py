@@ -286,7 +286,8 @@ def request_rows(workload: Any, inp: EngineInput, raw: EngineOutput, tier: bool 
 
 
 _LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queueing_s")
-_QS = (0.5, 0.9, 0.99)
+SUMMARY_QUANTILES = (0.5, 0.9, 0.99)
+"""The latency percentiles a run's summary reports (`ttft_s_p50`, `_p90`, `_p99`), and the plans' SLOs bound."""
 
 
 def _latencies(col: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -352,9 +353,9 @@ class RowStats:
             "output_tokens": self.output_tokens,
         }
         for name in _LATENCIES:
-            qs = self.quantiles[name].result(_QS)
+            qs = self.quantiles[name].result(SUMMARY_QUANTILES)
             self.quantiles[name].close()
-            out.update({f"{name}_p{round(q * 100)}": qs[q] for q in _QS})
+            out.update({f"{name}_p{round(q * 100)}": qs[q] for q in SUMMARY_QUANTILES})
             out[f"{name}_mean"] = self.means[name].result()
         out["normalized_latency_s_per_token"] = self.means["normalized"].result()
         return out
@@ -385,7 +386,7 @@ def summary_from(stats: RowStats, c: dict[str, Any], config: SimConfig) -> dict[
     s["output_tokens"] = rows["output_tokens"]
     s["throughput_tok_s"] = over(s["output_tokens"], makespan)
     for name in _LATENCIES:
-        for key in (*(f"{name}_p{round(q * 100)}" for q in _QS), f"{name}_mean"):
+        for key in (*(f"{name}_p{round(q * 100)}" for q in SUMMARY_QUANTILES), f"{name}_mean"):
             s[key] = rows[key]
     s["normalized_latency_s_per_token"] = rows["normalized_latency_s_per_token"]
     s["num_steps"] = c["num_steps"]

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.dsa import dsa_index_bytes, index_key_bytes, mla_entry_bits
+from kvsim.model.dsa import FP8_DS_MLA, dsa_index_bytes, index_key_bytes, mla_entry_bits
 from kvsim.model.encoders import Tower
 from kvsim.model.layers import FULL, Layer
 
@@ -38,7 +38,7 @@ DTYPE_BITS: dict[str, int] = {
     "fp4": 4,
     # FlashMLA's fp8_ds_mla (sparse MLA, `kvsim.model.dsa.FP8_DS_MLA`): its NoPE values' 8 bits; an entry's
     # bytes are its own, 656 (`kvsim.model.dsa.mla_entry_bits`)
-    "fp8_ds_mla": 8,
+    FP8_DS_MLA: 8,
 }
 
 
@@ -165,7 +165,7 @@ class Model:
 
     def __post_init__(self) -> None:
         dtype_bits(self.weight_dtype)
-        if self.weight_dtype == "fp8_ds_mla":
+        if self.weight_dtype == FP8_DS_MLA:
             raise InvalidArgumentError("fp8_ds_mla is a KV cache layout (sparse MLA's), not a weight dtype")
         dtype_bits(self.kv_dtype)
         if self.layers and len(self.layers) != self.num_layers:
@@ -282,7 +282,7 @@ class Model:
         spellings such as `"bfloat16"` are taken too)."""
         kv_dtype = _HF_DTYPES.get(kv_dtype, kv_dtype)
         dtype_bits(kv_dtype)
-        if kv_dtype == "fp8_ds_mla" and not (self.is_mla and self.is_dsa):
+        if kv_dtype == FP8_DS_MLA and not (self.is_mla and self.is_dsa):
             raise InvalidArgumentError(
                 f"model {self.name}: fp8_ds_mla is FlashMLA's sparse MLA entry (DeepSeek-V3.2's, GLM-5's), not "
                 "this model's cache layout"

@@ -259,6 +259,13 @@ SEQUENCE_PARALLEL_REPLICATED_ROCM: dict[str, tuple[str, ...]] = {
     "glm_moe_dsa": ("shared_experts",),
 }
 
+# The weight groups of the MoE block (`kvsim.model.params.GROUPS`), which under the sequence-parallel MoE
+# multiplies a GPU's tp-th of its rank's tokens: their matrices held whole anyway (routers, Qwen's shared-expert
+# gate, Kimi-K3's and Nemotron-H's latent projections) cost a tp-th of their parameters a token of the rank
+# (`kvsim.model.shard.shard`'s active parameters, the roofline's `dense_flop_tok`), where the attention's
+# whole matrices see every token, gathered.
+SP_MOE_BLOCK_GROUPS = ("mlp", "shared_experts", "router")
+
 
 # The all-gather at the end of an `EVERY_LAYER` model: the final hidden state (1 width), but DeepSeek-V4's
 # `hc_mult` hyper-connection streams (`models/deepseek_v4/nvidia/model.py` L1021-1034: the all-gather runs

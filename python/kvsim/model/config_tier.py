@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.gpus import is_rocm
 from kvsim.model.knobs import MAX_BLOCKS, MAX_COEFFICIENT_PS, PS_PER_S, convert
 
 
@@ -103,8 +104,7 @@ class ConfigCpuTier:
         if self.gpu is not None:
             from kvsim.model.gpus import resolve as resolve_gpu
 
-            arch = resolve_gpu(self.gpu).arch or ""
-            if arch.startswith("gfx"):
+            if is_rocm(resolve_gpu(self.gpu).arch):
                 return False  # (ROCm: a private buffer a rank, so a copy each)
         return True
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.gpus import is_rocm
 from kvsim.model.knobs import convert
 
 
@@ -271,7 +272,7 @@ class ConfigTimeModel:
         from kvsim.model.timing import _moe_layer_flags
 
         model = resolve_model(self.model)
-        rocm = (gpu.arch or "").startswith("gfx")
+        rocm = is_rocm(gpu.arch)
         coll = moe_collectives(model, tp, dp, self.enable_expert_parallel, _moe_layer_flags(model), rocm)
         if coll.gather > 1:
             group = (

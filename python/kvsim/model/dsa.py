@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.gpus import is_rocm
 
 
 def dsa_index_bytes(index_head_dim: int) -> int:
@@ -104,7 +105,7 @@ def dsa_block_size(model: Any, arch: str | None, kv_dtype: str, block_size: int 
             `qk_nope_head_dim` FlashInfer's does not take: none); an fp8 cache where no GPU is named (the
             layout depends on it).
     """
-    rocm = arch is not None and arch.startswith("gfx")
+    rocm = is_rocm(arch)
     where = f"model {model.name}" + (f" on {arch}" if arch else "")
     fp8 = kv_dtype.startswith("fp8")
     major = 0

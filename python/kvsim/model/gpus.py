@@ -300,7 +300,10 @@ GPUS: dict[str, Gpu] = {
         ),
         # GB200 NVL72 datasheet, per GPU (1/72 of the rack): 186 GB HBM3e (13.4 TB / 72), 8 TB/s, 2.5 PFLOPS
         # bf16, 5 fp8, 10 fp4 dense (the sheet's 360 / 720 / 1,440 PFLOPS are with sparsity); host link:
-        # NVLink-C2C to Grace, 900 GB/s both ways; NVLink 1.8 TB/s per GPU (both ways) to the other 71. CUDA:
+        # NVLink-C2C to Grace, 900 GB/s both ways (450 GB/s each way); NVLink 1.8 TB/s per GPU (both ways) to
+        # the other 71. The sheet gives C2C's 900 GB/s per superchip (one Grace, two GPUs) and no source found
+        # says whether each GPU has its own or the two share one: 450 GB/s each way a GPU assumes its own (if
+        # shared, 225 each way a GPU when both move at once). CUDA:
         # 184.31 GiB (vllm-project/vllm#43951, "4x NVIDIA GB200 (184 GiB)": "total capacity of 184.31 GiB").
         _g(
             "gb200",
@@ -316,8 +319,11 @@ GPUS: dict[str, Gpu] = {
         # HGX B300 datasheet, per GPU (1/8 of the board): 288 GB HBM3e (2.3 TB / 8), 2.25 PFLOPS bf16, 4.5 fp8,
         # 13.5 fp4 dense (the sheet's 36 / 72 PFLOPS per 8 GPUs are with sparsity, its fp4 144 | 108 with |
         # without);
-        # 8 TB/s (NVIDIA's "Inside NVIDIA Blackwell Ultra" technical blog: 288 GB HBM3e at 8 TB/s a GPU); PCIe Gen6
-        # x16 (128 GB/s each way), NVLink 1.8 TB/s per GPU (both ways); nvidia-smi reports 275,040 MiB.
+        # 8 TB/s (NVIDIA's "Inside NVIDIA Blackwell Ultra" technical blog: 288 GB HBM3e at 8 TB/s a GPU); NVLink
+        # 1.8 TB/s per GPU (both ways); nvidia-smi reports 275,040 MiB. Host link: the GPU's PCIe Gen6 x16 meets
+        # its host's Gen5, as B200's: DGX B300 pairs eight B300 with two Intel Xeon 6 6776P, 88 PCIe 5.0 lanes
+        # each (heise online, "Intel Xeon 6 6776P: Diesen Prozessor setzt Nvidia im DGX B300 ein", 2025,
+        # heise.de/-10395118, from Intel's announcement), so Gen5 x16's 64 GB/s each way (128 GB/s was Gen6's).
         # CUDA: 267.69 GiB = 274,115 MiB (vLLM's "Free memory on device (264.8/267.69 GiB)" and PyTorch's "total
         # capacity of 267.69 GiB" on NVIDIA B300 SXM6 AC nodes, in public GitHub files found by code search; no
         # issue thread to cite).
@@ -326,15 +332,16 @@ GPUS: dict[str, Gpu] = {
             274115 * MIB,
             8.0e12,
             2250e12,
-            128e9,
-            "NVIDIA HGX B300 datasheet",
+            64e9,
+            "NVIDIA HGX B300 datasheet; heise online on DGX B300's host CPUs (Xeon 6 6776P, PCIe 5.0)",
             fp8=4500e12,
             fp4=13500e12,
             peer=900e9,
         ),
         # GB300 NVL72 datasheet, per GPU (1/72 of the rack): up to 20 TB HBM3e (~279 GB a GPU; 288 GB Blackwell
         # Ultra's), 576 TB/s (8 TB/s), 2.5 PFLOPS bf16, 5 fp8, 15 fp4 dense (the sheet's 360 / 720 PFLOPS are with
-        # sparsity, its fp4 1,440 | 1,080 with | without); host link: NVLink-C2C to Grace, 900 GB/s both ways;
+        # sparsity, its fp4 1,440 | 1,080 with | without); host link: NVLink-C2C to Grace, 900 GB/s both ways
+        # (450 GB/s each way a GPU, assuming each GPU its own, as GB200's);
         # NVLink 1.8 TB/s per GPU (both ways) to the other 71; nvidia-smi reports 284,208 MiB.
         # CUDA: 276.50 GiB = 283,136 MiB (stas00/ml-engineering's debug/pytorch.md: "total capacity of 276.50 GiB"
         # on a DGX Station's GB300; the same in a 64-GPU GB300 cluster's torchtitan runs, "peak 244.94 of
@@ -460,6 +467,12 @@ def vllm_server_batch_defaults(
     if gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.name.lower() and gpu.arch != "sm_121":
         return 8192, 1024
     return 2048, 256
+
+
+def is_rocm(arch: str | None) -> bool:
+    """Whether `arch` is an AMD GPU's (`gfxNNN`: MI300X gfx942, MI350X / MI355X gfx950), run by vLLM's ROCm
+    platform and its own files."""
+    return arch is not None and arch.startswith("gfx")
 
 
 def datacenter_blackwell(arch: str | None) -> bool:

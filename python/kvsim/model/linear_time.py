@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.gpus import Gpu
+from kvsim.model.dsa import dsa_kv_dtype
+from kvsim.model.gpus import Gpu, is_rocm
 from kvsim.model.knob_table import PS_PER_S
 from kvsim.model.models import Model
 from kvsim.model.shard import resolve, shard
@@ -111,10 +112,8 @@ def linear_time_model(
     mx = mxfp4_padding(m, g.arch, tp, tp * dp if expert_parallel and m.num_experts else 0, dp)
     if m.is_mla and m.is_dsa:
         # (sparse MLA's cache as vLLM 0.33.0 keeps it on this GPU, as the pool's: `kvsim.model.dsa.dsa_kv_dtype`)
-        from kvsim.model.dsa import dsa_kv_dtype
-
         kv_dtype = dsa_kv_dtype(m, g.arch, kv_dtype)
-    rocm = (g.arch or "").startswith("gfx")
+    rocm = is_rocm(g.arch)
     m = shard(m, kv_dtype, tp, data_parallel_size=dp, expert_parallel=expert_parallel, rocm=rocm)
     # Per token of this rank: every DP rank's tokens reach the GPU's share of the experts.
     pad_active = mx.elements * m.experts_per_token * dp // m.num_experts if mx.elements else 0

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvsim.model import quant
 from kvsim.model.models import Model
 from kvsim.model.params import kv_share
+from kvsim.model.weights import model_breakdown
 
 if TYPE_CHECKING:
     from kvsim.model.params import Matrix
@@ -37,16 +39,15 @@ MACHETE_BLOCK = (64, 128)
 MACHETE_ZERO_METHODS = ("awq", "compressed-tensors")
 
 
-def machete_zero_bytes(m: Model, arch: str | None, tp: int) -> int:
+def machete_zero_bytes(m: Model, arch: str | None, tp: int, replicated: tuple[str, ...] = ()) -> int:
     """The bytes one GPU's linear layers gain on `arch` where vLLM 0.33.0 runs them with Machete (see the
     module docstring): each fused module (q, k, v; gate, up) quantized with zero points whose rank's share
     Machete takes stores its groups x `out` zero points in two bytes instead of the checkpoint's bits.
-    Nothing off compute capability 9.0, for other methods, or for the routed experts."""
+    Nothing off compute capability 9.0, for other methods, or for the routed experts. `replicated`: the
+    weight groups every GPU holds whole (the sequence-parallel MoE's shared experts and dense MLPs,
+    `kvsim.model.collectives.sequence_parallel_replicated`), their zero points and rank's shape whole."""
     if arch != "sm_90" or m.quant_method not in MACHETE_ZERO_METHODS or not m.config_json:
         return 0
-    from kvsim.model import quant
-    from kvsim.model.weights import model_breakdown
-
     b, _ = model_breakdown(m)
     cfg = m.config_fields
     q = quant.from_config(cfg.get("quantization_config"), f"model {m.name!r}", b).for_model(b)
@@ -58,7 +59,8 @@ def machete_zero_bytes(m: Model, arch: str | None, tp: int) -> int:
         fused: dict[tuple[str, tuple[int, ...], bool, bool], list[Matrix]] = {}
         for mat in b.matrices[group]:
             fused.setdefault((mat.module, mat.layers, mat.row_parallel, mat.whole), []).append(mat)
-        for (_, layers, row, whole), parts in fused.items():
+        for (_, layers, row, own_whole), parts in fused.items():
+            whole = own_whole or group in replicated
             per_layer = max(1, len(layers))
             cols = parts[0].cols
             ins = cols // tp if row and not whole else cols

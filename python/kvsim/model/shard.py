@@ -17,7 +17,12 @@ import math
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
 from kvsim.model import quant
 from kvsim.model.architecture import dtype_bits
-from kvsim.model.collectives import DEEPSEEK_V2_FILE, sequence_parallel_moe, sequence_parallel_replicated
+from kvsim.model.collectives import (
+    DEEPSEEK_V2_FILE,
+    SP_MOE_BLOCK_GROUPS,
+    sequence_parallel_moe,
+    sequence_parallel_replicated,
+)
 from kvsim.model.gpus import Gpu
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.models import Model
@@ -740,7 +745,7 @@ def shard(
             # the GPU's tp-th of the rank's tokens: a tp-th a token of the rank, as the roofline's
             # `dense_flop_tok` has them.
             loaded = _loaded_groups(m)
-            moe_whole = sum(loaded[g].whole_params for g in ("mlp", "shared_experts", "router"))
+            moe_whole = sum(loaded[g].whole_params for g in SP_MOE_BLOCK_GROUPS)
             out = dataclasses.replace(
                 out, num_active_params=out.num_active_params - moe_whole + -(-moe_whole // tp)
             )

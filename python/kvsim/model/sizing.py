@@ -33,7 +33,8 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import dsa
-from kvsim.model.gpus import Gpu, datacenter_blackwell
+from kvsim.model.collectives import sequence_parallel_replicated
+from kvsim.model.gpus import Gpu, datacenter_blackwell, is_rocm
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.knobs import KNOBS
 from kvsim.model.layers import KVLayout, kv_layout
@@ -151,7 +152,9 @@ class PoolSizing:
         vllm_refusal: vLLM's start-up refusal of a pool kvsim runs anyway, else None: a `kv_cache_bytes`
             given with a model but no GPU (kvsim's experiment; with a GPU, refused as vLLM refuses it), or
             with a model a pool in blocks (`num_blocks`, vLLM's `--num-gpu-blocks-override`, which vLLM
-            0.33.0 checks and kvsim runs), that cannot hold one request of `max_model_len`.
+            0.33.0 checks and kvsim runs), that cannot hold one request of `max_model_len`, or (with a GPU)
+            whose blocks with the weights exceed the GPU's memory (vLLM allocates them after the weights and
+            fails, CUDA out of memory: `kv_room_bytes`' bound).
     """
 
     num_blocks: int
@@ -343,6 +346,7 @@ def size_pool(
     # parallelism or each split over them without it (vLLM's fused MoE), the rest over tp.
     # (on an AMD GPU vLLM's ROCm files, whose sequence-parallel MoE replicates less: `shard`)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    rocm = g is not None and is_rocm(g.arch)
     m = (
         shard(
             base,
@@ -350,7 +354,7 @@ def size_pool(
             tensor_parallel_size,
             data_parallel_size=data_parallel_size,
             expert_parallel=expert_parallel,
-            rocm=g is not None and (g.arch or "").startswith("gfx"),
+            rocm=rocm,
         )
         if base is not None
         else None
@@ -367,7 +371,13 @@ def size_pool(
             base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
         )
         # Machete's 16-bit zero points on Hopper (AWQ, asymmetric compressed-tensors int weights)
-        pad += machete_zero_bytes(base, g.arch, tp)
+        # (the groups the sequence-parallel MoE holds whole counted whole, as `shard` counts them)
+        pad += machete_zero_bytes(
+            base,
+            g.arch,
+            tp,
+            sequence_parallel_replicated(base, tp, data_parallel_size, expert_parallel, rocm),
+        )
         # The sparse-attention models' top-k index buffer, built with the model
         pad += dsa.topk_indices_bytes(base, max_num_batched_tokens, tp)
         if pad:
@@ -437,20 +447,18 @@ def size_pool(
             # paper's and the tests' small pools) and keeps vLLM's refusal for its report (DESIGN.md
             # §Defaults and sizing, "vLLM's refusals"). v0 (`null_block` "extra") checked its N blocks whole.
             vllm_bytes = pool_num_blocks(num_blocks, null_block) * layout.bytes_per_block
-            try:
-                _check_one_request(vllm_bytes, m, layout, context, in_flight, "num_blocks")
-            except InvalidArgumentError as exc:
-                refusal = str(exc).split(": ", 1)[1]
+            refusal = _one_request_refusal(vllm_bytes, m, layout, context, in_flight, "num_blocks")
             room = common["kv_room_bytes"]
             alloc = num_blocks * layout.bytes_per_block
             if refusal is None and room is not None and g is not None and alloc > room:
                 # (vLLM allocates the override's blocks after the weights, as it does `--kv-cache-memory-bytes`:
                 # `_check_kv_cache_bytes_fit`'s bound; a pool past it fails there, CUDA out of memory)
-                refusal = (
-                    f"{num_blocks:,} blocks of {fmt_bytes(layout.bytes_per_block)} are {fmt_bytes(alloc)}: with "
-                    f"{m.name}'s weights ({fmt_bytes(m.loaded_bytes)} a GPU) they exceed {g.name}'s "
-                    f"{fmt_bytes(g.memory_bytes)}; vLLM allocates them after the weights and fails (CUDA out of "
-                    f"memory): at most {room // layout.bytes_per_block:,} blocks fit"
+                refusal = _past_the_gpu(
+                    f"{num_blocks:,} blocks of {fmt_bytes(layout.bytes_per_block)} are {fmt_bytes(alloc)}",
+                    m,
+                    g,
+                    f"{room // layout.bytes_per_block:,} blocks fit",
+                    plural=True,
                 )
         # (vLLM's num_gpu_blocks_override, counted by `null_block`'s rule as a sized pool is: vLLM v1's N
         # blocks hold its null block, v0's N were all usable)
@@ -485,10 +493,7 @@ def size_pool(
         else:
             # Without a GPU a pool in bytes is kvsim's experiment (the tests' small pools): run, and what
             # vLLM would say kept (`PoolSizing.vllm_refusal`), so that its start-up figures say it too.
-            try:
-                _check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
-            except InvalidArgumentError as exc:
-                refusal = str(exc).split(": ", 1)[1]
+            refusal = _one_request_refusal(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
         blocks = _blocks(kv_cache_bytes, m, layout, "kv_cache_bytes", null_block)
         return PoolSizing(
             num_blocks=blocks,
@@ -548,17 +553,26 @@ def size_pool(
 
 
 def _check_one_request(kv: int, m: Model, layout: KVLayout, context: int, in_flight: int, knob: str) -> None:
+    """`_one_request_refusal`'s refusal raised, `knob` named first."""
+    reason = _one_request_refusal(kv, m, layout, context, in_flight, knob)
+    if reason is not None:
+        raise InvalidArgumentError(f"{knob}: {reason}")
+
+
+def _one_request_refusal(
+    kv: int, m: Model, layout: KVLayout, context: int, in_flight: int, knob: str
+) -> str | None:
     """vLLM's start-up check (`_check_enough_kv_cache_memory`): the KV memory less the null block must hold
     one request of `max_model_len` tokens (vLLM 0.33.0's `get_kv_cache_configs`, `v1/core/kv_cache_planning.py`,
     passes it `check_memory`, the memory less one pool block); else its refusal, with its numbers and the
-    longest context that fits (its binary search, `estimate_max_model_len`)."""
+    longest context that fits (its binary search, `estimate_max_model_len`); None where it holds one."""
     bpb = layout.bytes_per_block
     room = kv - bpb
     if room <= 0 or context < 1:
-        return  # _blocks refuses a pool without one block
+        return None  # _blocks refuses a pool without one block
     needed = layout.blocks_per_request(context, in_flight) * bpb
     if needed <= room:
-        return
+        return None
     lo, hi, best = 1, context, 0
     while lo <= hi:
         mid = (lo + hi) // 2
@@ -569,8 +583,8 @@ def _check_one_request(kv: int, m: Model, layout: KVLayout, context: int, in_fli
     estimate = (
         f"Based on the available memory, the estimated maximum model length is {best}. " if best else ""
     )
-    raise InvalidArgumentError(
-        f"{knob}: model {m.name} does not fit one request: To serve at least one request with the model's max "
+    return (
+        f"model {m.name} does not fit one request: To serve at least one request with the model's max "
         f"seq len ({context}), ({format_gib(needed)} GiB KV cache is needed, which is larger than the available "
         f"KV cache memory ({format_gib(room)} GiB). {estimate}Try increasing `gpu_memory_utilization` or "
         f"decreasing `max_model_len` (vLLM's refusal; {_one_request_hint(knob, needed + bpb)}kvsim's "
@@ -599,10 +613,20 @@ def _check_kv_cache_bytes_fit(kv: int, m: Model, g: Gpu, room: int) -> None:
     counted (a bound, not vLLM's exact limit). `room`: the pool's `kv_room_bytes`."""
     if kv > room:
         raise InvalidArgumentError(
-            f"kv_cache_bytes {fmt_bytes(kv)}: with {m.name}'s weights ({fmt_bytes(m.loaded_bytes)} a GPU) it "
-            f"exceeds {g.name}'s {fmt_bytes(g.memory_bytes)}; vLLM allocates it after the weights and fails "
-            f"(CUDA out of memory): at most {fmt_bytes(room)} fits"
+            _past_the_gpu(f"kv_cache_bytes {fmt_bytes(kv)}", m, g, f"{fmt_bytes(room)} fits", plural=False)
         )
+
+
+def _past_the_gpu(what: str, m: Model, g: Gpu, most: str, *, plural: bool) -> str:
+    """The refusal of a KV cache (`what`, of `--kv-cache-memory-bytes` or `--num-gpu-blocks-override`) that with
+    the weights exceeds the device (`_check_kv_cache_bytes_fit`'s bound), ending with `most`, what fits."""
+    it, exceeds = ("they", "exceed") if plural else ("it", "exceeds")
+    them = "them" if plural else "it"
+    return (
+        f"{what}: with {m.name}'s weights ({fmt_bytes(m.loaded_bytes)} a GPU) {it} {exceeds} {g.name}'s "
+        f"{fmt_bytes(g.memory_bytes)}; vLLM allocates {them} after the weights and fails (CUDA out of memory): "
+        f"at most {most}"
+    )
 
 
 def pool_num_blocks(vllm_blocks: int, null_block: str) -> int:
@@ -676,7 +700,7 @@ def available_kv_bytes(
     m, g = resolve(model, gpu)
     assert g is not None
     tp = tensor_parallel_size
-    rocm = (g.arch or "").startswith("gfx")
+    rocm = is_rocm(g.arch)
     m = shard(m, None, tp, data_parallel_size=data_parallel_size, expert_parallel=expert_parallel, rocm=rocm)
     if weight_bytes is not None:  # one GPU's weights as `size_pool` shares them (data or expert parallelism)
         m = dataclasses.replace(m, weight_bytes=weight_bytes)

@@ -15,6 +15,7 @@ from kvsim.model.collectives import (
     DEEPSEEK,
     EVERY_LAYER,
     NETWORK_BANDWIDTH,
+    SP_MOE_BLOCK_GROUPS,
     CollectiveLink,
     collective_link,
     dispatch_width,
@@ -23,7 +24,8 @@ from kvsim.model.collectives import (
     sequence_parallel_replicated,
 )
 from kvsim.model.dsa import dsa_index_bytes, dsa_kv_dtype, index_key_bytes, minimax_m3_sparse, mla_entry_bits
-from kvsim.model.gpus import Gpu
+from kvsim.model.gpus import Gpu, is_rocm
+from kvsim.model.hf_layers import nemotron_h_pattern
 from kvsim.model.knobs import MAX_COEFFICIENT_PS
 from kvsim.model.layers import Layer
 from kvsim.model.models import Model
@@ -108,7 +110,7 @@ def roofline_time_model(
         )
     # The step's collectives (`collectives.moe_collectives`): the MoE layers' gather and scatter group (the DP
     # group, or the EP group when sequence-parallel) and tensor parallelism's collectives over the layers.
-    rocm = (gpu.arch or "").startswith("gfx")
+    rocm = is_rocm(gpu.arch)
     coll = moe_collectives(model, tp, dp, ep > 1, _moe_layer_flags(model), rocm)
     # The groups the sequence-parallel MoE holds whole on every GPU (shared experts, some models' dense MLPs:
     # `collectives.SEQUENCE_PARALLEL_REPLICATED`), () outside it.
@@ -187,7 +189,11 @@ def roofline_time_model(
             held = g.params / tp
         else:
             dense_bytes += (g.bytes - g.whole_bytes - rep_bytes) / tp + g.whole_bytes + rep_gpu_bytes
-            whole = g.whole_params / tp if coll.sequence_parallel and name != "attn" else g.whole_params
+            whole = (
+                g.whole_params / tp
+                if coll.sequence_parallel and name in SP_MOE_BLOCK_GROUPS
+                else g.whole_params
+            )
             held = (g.params - g.whole_params - rep_params) / tp + whole + rep_gpu_params
         dense_flop_tok += 2 * held / (_flops(gpu, g.rate) * eff.gemm_compute)
     dense_bytes += loose.gemm_bytes
@@ -713,8 +719,6 @@ def _moe_layer_flags(model: Model) -> tuple[bool, ...]:
         return (False,) * model.num_layers
     cfg = model.config_fields  # (empty for the 2024 presets)
     if model.model_type == "nemotron_h":
-        from kvsim.model.hf_layers import nemotron_h_pattern
-
         return tuple(c == "E" for c in nemotron_h_pattern(cfg, model.num_layers, model.name))
     from kvsim.model.params import _layer_flags
 
@@ -733,8 +737,6 @@ def _dense_mlp_layer_count(model: Model) -> int:
     but Nemotron-H's `-` blocks only (its `M` and `*` blocks are a Mamba mixer or an attention alone, no MLP:
     `nemotron_h.py` L278-425)."""
     if model.model_type == "nemotron_h":
-        from kvsim.model.hf_layers import nemotron_h_pattern
-
         return nemotron_h_pattern(model.config_fields, model.num_layers, model.name).count("-")
     return model.num_layers - _moe_layer_count(model)
 

@@ -358,7 +358,7 @@ impl Engine<'_> {
             if TIER {
                 // `tier_admitted` of a head the tier holds nothing for (`tier_has_nothing_for`: not
                 // remote, no hybrid tables), inline: its flags, and its blocks watched while a store
-                // may fence them.
+                // may fence them. Keep in step with `tier_admitted` (offload/waiting.rs).
                 let s = &mut self.slab[k];
                 debug_assert!(!s.remote && s.hybrid.is_none());
                 s.held = false;

@@ -245,7 +245,8 @@ impl Engine<'_> {
     /// `tier_step_stores_now` of a lockstep step (not `tier_idle`), its two usual cases inline: only
     /// admissions to offer for (`offer_scheduled`: no flush, so the step's duration stands), or only
     /// requests finished in the step before with nothing left to offer (`finish_retired`: the step
-    /// stays quiet, as `tier_stays_quiet` then tells).
+    /// stays quiet, as `tier_stays_quiet` then tells). Keep in step with `offer_stores`' dispatch
+    /// (`offload/stores.rs`), whose cases these are.
     #[inline(always)]
     #[allow(clippy::inline_always)] // one call site, a lockstep step's: measured (results/README.md §CPU tier)
     pub(in crate::engine) fn tier_lockstep_stores(&mut self, dt: u64) -> (u64, bool) {

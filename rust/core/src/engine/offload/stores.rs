@@ -121,6 +121,8 @@ impl Engine<'_> {
     /// finished ones are done with the tier. A store this step must wait for (a preempted request's, or
     /// one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
+    /// Keep its dispatch in step with `tier_lockstep_stores` (`offload/observe.rs`), which inlines its
+    /// two usual cases (`offer_scheduled`, `finish_retired`).
     #[inline(never)]
     pub(in crate::engine) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
         if self.cfg.groups.is_some() && self.tier_ref().has_cpu {
@@ -472,7 +474,8 @@ impl Engine<'_> {
             let s = &self.slab[k];
             if s.jobs == 0 && s.next_store >= tier.per_chunk(s.prompt_len) {
                 // The usual finish (prompt-only: its prompt offered, no store in flight): no last
-                // offer, nothing to fence, its own run kept (`tier_finished_now`'s outcome).
+                // offer, nothing to fence, its own run kept (`tier_finished_now`'s outcome). Keep the
+                // chunk count in step with `tier_keys_for_finish`'s prompt-only one.
                 tier.finished_last.push((s.row, s.tier_own));
                 self.tier_hot.pending = true;
                 return;
@@ -546,7 +549,8 @@ impl Engine<'_> {
     }
 
     /// The keys a finished request's last stores need: its chunks up to its offloadable tokens. Returns
-    /// whether it has chunks left to offer.
+    /// whether it has chunks left to offer. Keep its prompt-only chunk count in step with
+    /// `tier_finished`'s fast path, which tests it inline.
     #[inline]
     fn tier_keys_for_finish(&mut self, k: usize) -> bool {
         let tier = self.tier_ref();

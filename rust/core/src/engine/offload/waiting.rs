@@ -172,6 +172,8 @@ impl Engine<'_> {
     }
 
     /// Waiting or held request `k` (out of its queue) admitted with `num_new` tokens this step.
+    /// Keep in step with its inlined copy for a head the tier holds nothing for, in `admit_loop`'s
+    /// tier-on branch (`admission.rs`).
     #[inline]
     pub(in crate::engine) fn tier_admitted(&mut self, k: usize, num_new: u64) {
         self.note_remote_admitted(k);
