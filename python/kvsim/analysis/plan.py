@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from kvsim.analysis.plan_sampling import bound_outside_ci, check_judgeable
 from kvsim.analysis.plan_search import (
     DEFAULT_MAX_PROBES,
     DEFAULT_PRECISION,
@@ -55,8 +56,6 @@ from kvsim.analysis.plan_search import (
     SLO,
     PlanResult,
     Search,
-    bound_outside_ci,
-    check_judgeable,
     check_precision,
     parse_slos,
 )

@@ -384,8 +384,8 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[f
     of arrivals (a floor: the e2e p99 grows as a longer run fills the engine). A batch, every request
     arriving at once, has no rate to sustain: it says so instead. `rate` is `note_rate`'s (a bare number:
     "their rate"); None where too few arrived to tell one (no request count then), and past
-    `plan_search.SETTLE_CAP` requests the count is given as more than that."""
-    from kvsim.analysis.plan_search import SETTLE_CAP
+    `plan_sampling.SETTLE_CAP` requests the count is given as more than that."""
+    from kvsim.analysis.plan_sampling import SETTLE_CAP
 
     done = fmt_count(finished, "request")
     if span <= 0:
