@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from kvsim.analysis.plan_sampling import fmt_end, interval, sample_caveat, unsure_slos
+from kvsim.analysis.steady_state import STEADY_SPANS, steady_requests
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
@@ -364,7 +365,7 @@ class PlanResult:
         """Whether the answer's probe ran at a steady state (the probes' `steady`,
         `kvsim.analysis.plan.probe_summary`; DESIGN.md §Capacity search, "Steady state"): False when it
         was overloaded (`burst`) or too short to reach one, its arrivals lasting less than
-        `run_report.STEADY_SPANS` times its requests' e2e p99, so that its engine never held the load the
+        `steady_state.STEADY_SPANS` times its requests' e2e p99, so that its engine never held the load the
         rate keeps in it and the answer overstates what the configuration sustains; None without an
         answer, or for a probe that does not say."""
         row = self._answer_row()
@@ -382,8 +383,6 @@ class PlanResult:
         row = self._answer_row()
         if row is None or _steady(row) is not False:
             return ""
-        from kvsim.analysis.run_report import STEADY_SPANS, steady_requests
-
         done = row.get("completed")
         what = f"its {done:,} requests" if isinstance(done, int) else "its requests"
         if self.axis != "rate" and isinstance(row.get("rate"), float | int):
