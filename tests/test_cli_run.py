@@ -415,7 +415,7 @@ def test_a_run_whose_queue_grows_says_it_is_overloaded(capsys):
     counts a wait that grows with --requests. The note's numbers are the run's own: the rate the requests
     arrived at, the rate served, and the first and last tenth's mean waits, recomputed here from the
     requests' rows. A rate it serves, and a burst all at once (no rate), get no such note."""
-    from kvsim.analysis.run_report import queue_growth
+    from kvsim.analysis.steady_state import queue_growth
 
     argv = ["run", "--requests", "400", "--num-gpu-blocks-override", "300", "--time-model", "ticks"]
     heavy = _json(capsys, [*argv, "--workload", "sharegpt:arrival_rate=400"])
@@ -448,7 +448,7 @@ def test_a_long_run_overloaded_by_a_few_percent_is_overloaded():
     the queue growing through the run; served above 90 % of the offered rate (the drain is short against a
     long run), which the rule's former bound required: it missed it."""
     from kvsim.analysis.plan import at_rate
-    from kvsim.analysis.run_report import queue_growth
+    from kvsim.analysis.steady_state import queue_growth
     from kvsim.workloads.registry import make_workload, parse_workload
 
     w = at_rate(make_workload(*parse_workload("sharegpt"), 30000, 0), 37.33)
@@ -495,7 +495,7 @@ def test_the_too_short_note_takes_no_rate_from_a_few_arrivals(capsys, tmp_path):
     count."""
     import math
 
-    from kvsim.analysis.run_report import MIN_RATE_ARRIVALS, STEADY_SPANS
+    from kvsim.analysis.steady_state import MIN_RATE_ARRIVALS, STEADY_SPANS
 
     argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
     out = _json(capsys, [*argv, "--workload", "sharegpt", "--requests", "2", "--seed", "13"])
@@ -527,7 +527,7 @@ def test_a_run_too_short_for_a_steady_state_says_so(capsys):
 
     import numpy as np
 
-    from kvsim.analysis.run_report import STEADY_SPANS
+    from kvsim.analysis.steady_state import STEADY_SPANS
 
     argv = ["run", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "12GiB"]
     short = _json(capsys, [*argv, "--workload", "sharegpt:arrival_rate=3", "--requests", "300"])

@@ -18,7 +18,7 @@ from kvsim.analysis.plan_compare import Candidate, best_of
 from kvsim.analysis.plan_pd import SplitPlan
 from kvsim.analysis.plan_search import SLO, PlanResult
 from kvsim.analysis.plan_smallest import smallest_memory
-from kvsim.analysis.run_report import queue_growth
+from kvsim.analysis.steady_state import queue_growth
 from kvsim.cli import main
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count

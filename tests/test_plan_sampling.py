@@ -15,7 +15,8 @@ import pytest
 
 import kvsim
 from kvsim.analysis.plan import at_rate, probe_summary, workload_rate
-from kvsim.analysis.plan_search import SLO, bound_outside_ci, unsure_slos
+from kvsim.analysis.plan_sampling import bound_outside_ci, unsure_slos
+from kvsim.analysis.plan_search import SLO
 from kvsim.analysis.quantile_ci import (
     binomial_cdf,
     fewest_for_both_ends,
@@ -343,7 +344,7 @@ def test_a_percentile_on_its_bound_gets_no_absurd_request_count(capsys):
     """The e2el p99 at 8 req/s is 0.9996 s against a 1 s bound: n (w/d)^2 gave about 940,000,000
     requests (years of arrivals, past the simulated clock kvsim could run). Past `SETTLE_CAP` (or the
     clock at the rate) the caveat gives the relative gap and says no practical sample settles it."""
-    from kvsim.analysis.plan_search import SETTLE_CAP
+    from kvsim.analysis.plan_sampling import SETTLE_CAP
 
     argv = [
         "plan", "--model", "opt-13b", "--kv-cache-memory-bytes", "2GiB", "--workload", "sharegpt",

@@ -16,7 +16,7 @@ import kvsim
 from kvsim.analysis.plan import at_rate, workload_rate
 from kvsim.analysis.plan_compare import Candidate, best_of
 from kvsim.analysis.plan_search import SLO, PlanResult
-from kvsim.analysis.run_report import STEADY_SPANS, queue_growth, too_short
+from kvsim.analysis.steady_state import STEADY_SPANS, queue_growth, too_short
 from kvsim.cli import main
 from kvsim.workloads.registry import make_workload, parse_workload
 

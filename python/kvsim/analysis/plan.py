@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from kvsim.analysis.plan_sampling import bound_outside_ci, check_judgeable
 from kvsim.analysis.plan_search import (
     DEFAULT_MAX_PROBES,
     DEFAULT_PRECISION,
@@ -55,8 +56,6 @@ from kvsim.analysis.plan_search import (
     SLO,
     PlanResult,
     Search,
-    bound_outside_ci,
-    check_judgeable,
     check_precision,
     parse_slos,
 )
@@ -136,10 +135,10 @@ def at_rate(
 def probe_summary(result: Any) -> dict[str, Any]:
     """What kvsim's own probes return: the run's `summary`, with whether the run was a steady state
     (DESIGN.md §Capacity search, "Steady state"): `overloaded`, its queue grew through the run
-    (`kvsim.analysis.run_report.queue_growth`, the rule of `kvsim run`'s "overloaded" note), so that a
+    (`kvsim.analysis.steady_state.queue_growth`, the rule of `kvsim run`'s "overloaded" note), so that a
     probe passing there passed as a burst the run ended on (`PlanResult.burst`); `steady`, False when
-    overloaded or when its arrivals lasted less than `run_report.STEADY_SPANS` times its requests' e2e p99
-    (`run_report.too_short`: the run ended before its engine filled to the rate's steady load); and
+    overloaded or when its arrivals lasted less than `steady_state.STEADY_SPANS` times its requests' e2e p99
+    (`steady_state.too_short`: the run ended before its engine filled to the rate's steady load); and
     `arrival_span_s`, the span of its finished requests' arrivals, which the answer's caveat quotes with
     the summary's `e2e_s_p99` (`PlanResult.steady_caveat`); `quantile_ci`, each latency percentile's
     (`ttft_s_p99`, ...) 95 % interval `[low, high]` from the requests it was taken over
@@ -147,7 +146,7 @@ def probe_summary(result: Any) -> dict[str, Any]:
     `quantile_n`, how many those were per latency (`ttft_s`, ...: TPOT's are the requests of more than one
     token a sample)."""
     from kvsim.analysis.quantile_ci import quantile_interval
-    from kvsim.analysis.run_report import queue_growth, too_short, warmup
+    from kvsim.analysis.steady_state import queue_growth, too_short, warmup
     from kvsim.engine.simulate import SUMMARY_QUANTILES, latency_values
 
     summary = dict(result.summary)

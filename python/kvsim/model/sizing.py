@@ -55,6 +55,12 @@ from kvsim.model.models import resolve as resolve_model
 from kvsim.model.mxfp4_padding import mxfp4_padding_bytes, mxfp4_triton_layout_bytes
 from kvsim.model.quant import min_capability
 from kvsim.model.shard import resolve, shard
+from kvsim.model.sizing_checks import (
+    check_kv_cache_bytes_fit,
+    check_one_request,
+    one_request_refusal,
+    past_the_gpu,
+)
 from kvsim.model.units import fmt_bytes, fmt_count
 
 # The default share of device memory: the knob's (KNOBS), vLLM 0.20.0 and later's 0.92.
@@ -447,13 +453,13 @@ def size_pool(
             # paper's and the tests' small pools) and keeps vLLM's refusal for its report (DESIGN.md
             # §Defaults and sizing, "vLLM's refusals"). v0 (`null_block` "extra") checked its N blocks whole.
             vllm_bytes = pool_num_blocks(num_blocks, null_block) * layout.bytes_per_block
-            refusal = _one_request_refusal(vllm_bytes, m, layout, context, in_flight, "num_blocks")
+            refusal = one_request_refusal(vllm_bytes, m, layout, context, in_flight, "num_blocks")
             room = common["kv_room_bytes"]
             alloc = num_blocks * layout.bytes_per_block
             if refusal is None and room is not None and g is not None and alloc > room:
                 # (vLLM allocates the override's blocks after the weights, as it does `--kv-cache-memory-bytes`:
-                # `_check_kv_cache_bytes_fit`'s bound; a pool past it fails there, CUDA out of memory)
-                refusal = _past_the_gpu(
+                # `check_kv_cache_bytes_fit`'s bound; a pool past it fails there, CUDA out of memory)
+                refusal = past_the_gpu(
                     f"{num_blocks:,} blocks of {fmt_bytes(layout.bytes_per_block)} are {fmt_bytes(alloc)}",
                     m,
                     g,
@@ -486,14 +492,14 @@ def size_pool(
     if kv_cache_bytes is not None:
         refusal = None
         if g is not None:
-            _check_kv_cache_bytes_fit(kv_cache_bytes, m, g, common["kv_room_bytes"])
+            check_kv_cache_bytes_fit(kv_cache_bytes, m, g, common["kv_room_bytes"])
             # vLLM checks `--kv-cache-memory-bytes` as it checks the memory it profiles (GPUWorker's
             # determine_available_memory returns it; get_kv_cache_configs then runs the check)
-            _check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
+            check_one_request(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
         else:
             # Without a GPU a pool in bytes is kvsim's experiment (the tests' small pools): run, and what
             # vLLM would say kept (`PoolSizing.vllm_refusal`), so that its start-up figures say it too.
-            refusal = _one_request_refusal(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
+            refusal = one_request_refusal(kv_cache_bytes, m, layout, context, in_flight, "kv_cache_bytes")
         blocks = _blocks(kv_cache_bytes, m, layout, "kv_cache_bytes", null_block)
         return PoolSizing(
             num_blocks=blocks,
@@ -521,7 +527,7 @@ def size_pool(
         expert_parallel=expert_parallel,
         data_parallel_size=data_parallel_size,
     )
-    _check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization")
+    check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization")
     blocks = _blocks(kv, m, layout, "gpu_memory_utilization", null_block)
     return PoolSizing(
         num_blocks=blocks,
@@ -549,83 +555,6 @@ def size_pool(
         ),
         null_block=null_block,
         **common,
-    )
-
-
-def _check_one_request(kv: int, m: Model, layout: KVLayout, context: int, in_flight: int, knob: str) -> None:
-    """`_one_request_refusal`'s refusal raised, `knob` named first."""
-    reason = _one_request_refusal(kv, m, layout, context, in_flight, knob)
-    if reason is not None:
-        raise InvalidArgumentError(f"{knob}: {reason}")
-
-
-def _one_request_refusal(
-    kv: int, m: Model, layout: KVLayout, context: int, in_flight: int, knob: str
-) -> str | None:
-    """vLLM's start-up check (`_check_enough_kv_cache_memory`): the KV memory less the null block must hold
-    one request of `max_model_len` tokens (vLLM 0.33.0's `get_kv_cache_configs`, `v1/core/kv_cache_planning.py`,
-    passes it `check_memory`, the memory less one pool block); else its refusal, with its numbers and the
-    longest context that fits (its binary search, `estimate_max_model_len`); None where it holds one."""
-    bpb = layout.bytes_per_block
-    room = kv - bpb
-    if room <= 0 or context < 1:
-        return None  # _blocks refuses a pool without one block
-    needed = layout.blocks_per_request(context, in_flight) * bpb
-    if needed <= room:
-        return None
-    lo, hi, best = 1, context, 0
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if layout.blocks_per_request(mid, in_flight) * bpb <= room:
-            best, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    estimate = (
-        f"Based on the available memory, the estimated maximum model length is {best}. " if best else ""
-    )
-    return (
-        f"model {m.name} does not fit one request: To serve at least one request with the model's max "
-        f"seq len ({context}), ({format_gib(needed)} GiB KV cache is needed, which is larger than the available "
-        f"KV cache memory ({format_gib(room)} GiB). {estimate}Try increasing `gpu_memory_utilization` or "
-        f"decreasing `max_model_len` (vLLM's refusal; {_one_request_hint(knob, needed + bpb)}kvsim's "
-        "--max-model-len sets the context)"
-    )
-
-
-def _one_request_hint(knob: str, least: int) -> str:
-    """What raises the memory of `_check_one_request`'s refusal where vLLM's words do not say it: a KV cache
-    given in bytes (`--kv-cache-memory-bytes`, which vLLM takes instead of `gpu_memory_utilization`'s
-    share) holds one request from `least` bytes (the request's blocks and the null block)."""
-    if knob != "kv_cache_bytes":
-        return ""
-    return (
-        f"kv_cache_bytes, --kv-cache-memory-bytes, is the KV memory here, gpu_memory_utilization unread: one "
-        f"request needs at least {least:,} B ({fmt_bytes(least)}); "
-    )
-
-
-def _check_kv_cache_bytes_fit(kv: int, m: Model, g: Gpu, room: int) -> None:
-    """vLLM 0.33.0 takes `--kv-cache-memory-bytes` (one GPU's KV cache) as it is, with no check against the
-    device (`v1/worker/gpu_worker.py` `determine_available_memory`, ~656-681), and allocates it in one
-    buffer after the weights (`v1/worker/utils.py` ~595, `torch.zeros(...)`): a cache that with the weights
-    exceeds the device's memory fails there (CUDA out of memory) whatever else it holds. Refused then; the
-    CUDA context, the profile run's activations and CUDA graphs, which make a smaller cache fail too, are not
-    counted (a bound, not vLLM's exact limit). `room`: the pool's `kv_room_bytes`."""
-    if kv > room:
-        raise InvalidArgumentError(
-            _past_the_gpu(f"kv_cache_bytes {fmt_bytes(kv)}", m, g, f"{fmt_bytes(room)} fits", plural=False)
-        )
-
-
-def _past_the_gpu(what: str, m: Model, g: Gpu, most: str, *, plural: bool) -> str:
-    """The refusal of a KV cache (`what`, of `--kv-cache-memory-bytes` or `--num-gpu-blocks-override`) that with
-    the weights exceeds the device (`_check_kv_cache_bytes_fit`'s bound), ending with `most`, what fits."""
-    it, exceeds = ("they", "exceed") if plural else ("it", "exceeds")
-    them = "them" if plural else "it"
-    return (
-        f"{what}: with {m.name}'s weights ({fmt_bytes(m.loaded_bytes)} a GPU) {it} {exceeds} {g.name}'s "
-        f"{fmt_bytes(g.memory_bytes)}; vLLM allocates {them} after the weights and fails (CUDA out of memory): "
-        f"at most {most}"
     )
 
 

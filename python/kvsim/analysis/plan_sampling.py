@@ -1,0 +1,282 @@
+"""The sampling caveat of capacity search (DESIGN.md §Capacity search, "Sampling"): the quantile a
+percentile SLO bounds, a probe's order-statistic interval of it (`kvsim.analysis.quantile_ci`, read by
+`kvsim.analysis.plan.probe_summary`) and whether the probe's verdict is clear of it
+(`bound_outside_ci`, `unsure_slos`), the refusal of an SLO no probe can judge (`check_judgeable`), and
+the caveat a search's answer carries when its decisive verdicts rest on their sample (`sample_caveat`,
+`PlanResult.sample_caveat`'s): which, where the sample tells the answer apart, and about how many
+requests would settle them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kvsim.engine.simulate import SUMMARY_QUANTILES
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.units import fmt_count
+
+if TYPE_CHECKING:  # (types only: plan_search imports this module)
+    from kvsim.analysis.plan_search import SLO, PlanResult
+
+
+def check_judgeable(workload: Any, slos: Sequence[SLO]) -> None:
+    """Refuses TPOT SLOs on a workload none of whose requests asks for a second token a sample
+    (`output_len <= num_samples` for every one): TPOT, taken over requests of more than one token a sample
+    (`kvsim.engine.simulate.latency_values`), is undefined on every probe, so the SLO cannot be judged
+    (each probe failed it, and the search answered "every rate probed fails"). A workload without those
+    columns (a caller's) is not checked.
+
+    Raises:
+        InvalidArgumentError: naming the SLO.
+    """
+    tpot = [s.metric for s in slos if s.metric.startswith("tpot_")]
+    out, samples = getattr(workload, "output_len", None), getattr(workload, "num_samples", None)
+    if not tpot or out is None or samples is None or len(out) == 0:
+        return
+    import numpy as np
+
+    if bool((np.asarray(out) > np.asarray(samples)).any()):
+        return
+    raise InvalidArgumentError(
+        f"slo {', '.join(tpot)}: cannot be judged on this workload: TPOT is undefined, for no request has a "
+        "second output token (every output_len is 1 a sample); bound TTFT or e2el instead"
+    )
+
+
+SETTLE_CAP = 10_000_000
+"""The most requests the sampling caveat quotes as the count that would settle a verdict (DESIGN.md
+§Capacity search, "Sampling"): beyond it (or beyond what the simulated clock holds at the probe's rate)
+the percentile sits too close to its bound for any practical sample, and the caveat says so with the
+relative gap instead of a number."""
+
+
+def quantile_of(slo: SLO) -> float | None:
+    """The quantile a percentile SLO bounds (`ttft_p99`: 0.99), None for a mean or a fraction."""
+    stat = slo.metric.rsplit("_", 1)[-1]
+    return {f"p{round(q * 100)}": q for q in SUMMARY_QUANTILES}.get(stat) if slo.upper else None
+
+
+def interval(row: Mapping[str, Any], slo: SLO) -> tuple[float | None, float | None] | None:
+    """A probe's 95 % interval of `slo`'s percentile (the row's `{metric}_ci_low`, `_ci_high`; None for
+    an end too few requests give), None without one (a caller's probe, a mean or a fraction)."""
+    if row.get(f"{slo.metric}_n") is None or row.get(slo.metric) is None:
+        return None
+    return row.get(f"{slo.metric}_ci_low"), row.get(f"{slo.metric}_ci_high")
+
+
+def _surely(row: Mapping[str, Any], slo: SLO, passes: bool) -> bool:
+    """Whether the whole interval of `slo`'s percentile lies on the bound's passing side (at or below it)
+    or, `passes` False, on its failing side (above it)."""
+    iv = interval(row, slo)
+    if iv is None:
+        return False
+    low, high = iv
+    return high is not None and high <= slo.bound if passes else low is not None and low > slo.bound
+
+
+def unsure_slos(row: Mapping[str, Any], slos: Sequence[SLO]) -> list[SLO]:
+    """The percentile SLOs on which a probe's verdict rests on its sample when it does (`outside_ci` False,
+    `bound_outside_ci`): for a pass those whose interval reaches above the bound, for a fail the failed ones
+    whose interval reaches down to it; empty otherwise."""
+    if row.get("outside_ci") is not False:
+        return []
+    if row.get("passed"):
+        return [s for s in slos if interval(row, s) is not None and not _surely(row, s, True)]
+    return [s for s in slos if not s.holds(row.get(s.metric)) and interval(row, s) is not None]
+
+
+def bound_outside_ci(
+    row: Mapping[str, Any], slos: Sequence[SLO], failed_by_rejection: bool = False
+) -> bool | None:
+    """Whether a probe's verdict is statistically clear (DESIGN.md §Capacity search, "Sampling"): the
+    percentile SLOs' bounds outside the 95 % intervals of their percentiles from the probe's requests (the
+    order statistics' interval, `kvsim.analysis.quantile_ci`), on the verdict's side. A pass is clear
+    when every percentile SLO's interval lies at or below its bound (a mean or a fraction SLO is not
+    judged); a fail when some failed percentile's interval lies wholly above its bound. None where no
+    percentile decides it: no interval (a caller's probe; mean or fraction SLOs only), a fail for
+    rejecting requests, or a fail a mean or a fraction may settle (one of those failed, and no
+    percentile failed clearly)."""
+    if failed_by_rejection:
+        return None
+    if row.get("passed"):
+        judged = [s for s in slos if interval(row, s) is not None]
+        return None if not judged else all(_surely(row, s, True) for s in judged)
+    failed = [s for s in slos if not s.holds(row.get(s.metric))]
+    if any(_surely(row, s, False) for s in failed):
+        return True
+    if not failed or any(interval(row, s) is None for s in failed):
+        return None
+    return False
+
+
+def fmt_end(x: float, slo: SLO) -> str:
+    """An interval's end as the message gives it: 4 digits, more where those read as `slo`'s bound (an
+    end of 1.99996 beside a bound of 2 s is not "2")."""
+    for digits in (4, 6, 8):
+        if f"{x:.{digits}g}" != f"{slo.bound:.{digits}g}" or x == slo.bound:
+            return f"{x:.{digits}g}"
+    return repr(x)
+
+
+def practical_requests(result: PlanResult, row: Mapping[str, Any]) -> int:
+    """The most requests `settling_requests` quotes as a number (`SETTLE_CAP`, and on the rate axis
+    no more than the simulated clock holds at the probe's rate): past it the percentile sits too close
+    to its bound for any practical sample to settle it."""
+    cap = SETTLE_CAP
+    if result.axis == "rate":
+        from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+
+        cap = min(cap, max(math.floor(float(row[result.axis]) * MAX_TIME_PS / PS_PER_S), 1))
+    return cap
+
+
+def settling_requests(result: PlanResult, row: Mapping[str, Any], slo: SLO) -> int | None:
+    """About how many requests would make `row`'s verdict on `slo` clear
+    (`quantile_ci.requests_to_settle`, over the percentile's sample, scaled to the probe's finished
+    requests where the sample is fewer: TPOT's)."""
+    from kvsim.analysis.quantile_ci import requests_to_settle
+
+    n, p = row[f"{slo.metric}_n"], quantile_of(slo)
+    if not n or p is None:
+        return None
+    low, high = interval(row, slo) or (None, None)
+    m = requests_to_settle(n, row[slo.metric], low, high, slo.bound, p=p)
+    done = row.get("completed")
+    if m is not None and isinstance(done, int) and done > n:
+        m = math.ceil(m * done / n)
+    if m is not None:  # (an estimate: two significant digits, rounded up)
+        step = 10 ** max(len(str(m)) - 2, 0)
+        m = -(-m // step) * step
+    return m
+
+
+def _at(result: PlanResult, x: float) -> str:
+    """A probe's value as the messages name it: `3.4 req/s`, `num_blocks 842`."""
+    return result._fmt(x) if result.axis == "rate" else f"{result.axis} {result._fmt(x)}"
+
+
+def told_apart(result: PlanResult) -> tuple[float | None, float | None]:
+    """The nearest probes on either side of the answer whose verdicts are clear of their intervals
+    (`outside_ci` True), as (low, high): the high end first, the lowest probe clear on the high side (for a
+    rate the lowest failing clearly, for the other axes the lowest passing clearly), then the low end, the
+    highest probe clear on the other verdict below it (a rate's highest passing clearly, the others'
+    highest failing clearly). Between them the sample does not tell the answer apart (each end None where
+    no probe is clear)."""
+    if "outside_ci" not in result.probes.columns:
+        return None, None
+    rows = [r for r in result.probes.iter_rows(named=True) if r.get("outside_ci") is True]
+    low_like = [float(r[result.axis]) for r in rows if bool(r["passed"]) == (result.axis == "rate")]
+    high_like = [float(r[result.axis]) for r in rows if bool(r["passed"]) != (result.axis == "rate")]
+    hi = min(high_like, default=None)
+    lo = max((x for x in low_like if hi is None or x < hi), default=None)
+    return lo, hi
+
+
+def sample_caveat(result: PlanResult) -> str:
+    """Which of the answer's decisive verdicts rest on their sample, an SLO's bound inside the 95 %
+    interval of its percentile; between which probes the sample tells the answer apart; and about how
+    many requests would put the bounds outside the intervals, in a sentence (empty when `outside_ci`
+    is not False)."""
+    if result.outside_ci is not False:
+        return ""
+    parts, needs, close = [], [], []
+    n_shown = None
+    for row in result._decisive_rows():
+        for slo in unsure_slos(row, result.slos):
+            low, high = interval(row, slo) or (None, None)
+            at = _at(result, row[result.axis])
+            unit = f" {slo.unit}"
+            if low is not None and high is not None:
+                span = f"95 % interval {fmt_end(low, slo)} to {fmt_end(high, slo)}{unit}"
+            elif low is not None:
+                span = f"95 % interval above {fmt_end(low, slo)}{unit}, too few requests for an upper end"
+            elif high is not None:
+                span = f"95 % interval below {fmt_end(high, slo)}{unit}, too few requests for a lower end"
+            else:
+                span = "no 95 % interval: too few requests"
+            n = row[f"{slo.metric}_n"]
+            source = "" if n == n_shown else f" from {fmt_count(n, 'request')}"
+            n_shown = n
+            parts.append(
+                f"{at} {'passes' if row['passed'] else 'fails'} {slo.label()} with "
+                f"{row[slo.metric]:.4g}{unit}{source} ({span})"
+            )
+            m = settling_requests(result, row, slo)
+            if m is not None and m > practical_requests(result, row):
+                gap = abs(row[slo.metric] - slo.bound) / slo.bound if slo.bound else math.inf
+                close.append(f"{slo.metric} at {at} sits {100 * gap:.2g} % from its bound")
+                continue
+            needs.append(m)
+    one = len(parts) == 1
+    lo, hi = told_apart(result)
+    low_word, high_word = ("passing", "failing") if result.axis == "rate" else ("failing", "passing")
+    if lo is not None and hi is not None:
+        flo, fhi = result._fmt2(lo, hi)
+        if result.axis != "rate":
+            flo, fhi = f"{result.axis} {flo}", f"{result.axis} {fhi}"
+        apart = (
+            f"; the nearest probes clear of their intervals are at {flo} ({low_word}) and {fhi} "
+            f"({high_word}), so at best the sample places the answer between those"
+        )
+    elif lo is not None:
+        apart = (
+            f"; the nearest probe clear of its interval is at {_at(result, lo)} ({low_word}), and no "
+            f"{high_word} probe is"
+        )
+    elif hi is not None:
+        apart = (
+            f"; the nearest probe clear of its interval is at {_at(result, hi)} ({high_word}), and no "
+            f"{low_word} probe is"
+        )
+    else:
+        apart = "; no probe's verdict is clear of its interval"
+    known = [m for m in needs if m is not None]
+    too_close = (
+        f"{'; '.join(close)}: too close for any practical sample to settle "
+        f"{'it' if len(close) == 1 else 'them'} (that would take more than "
+        f"{fmt_count(SETTLE_CAP, 'request')}, or more than the simulated clock holds at the rate)"
+    )
+    if not known and close and len(needs) == 0:
+        need = too_close
+    elif not known:
+        need = "no number of requests puts a bound outside an interval around a percentile equal to it"
+        if close:
+            need += f"; {too_close}"
+    else:
+        need = (
+            f"about {fmt_count(max(known), 'request')} or more would put "
+            f"{'the bound' if one else 'the bounds'} outside {'it' if one else 'them'} (--requests; "
+            "estimated with each percentile staying where it is and its interval narrowing as 1/√n"
+            + (
+                ", but a percentile equal to its bound is settled by none)"
+                if len(known) < len(needs)
+                else ")"
+            )
+        )
+        if close:
+            need += f"; {too_close}"
+    return (
+        f"THE {'VERDICT RESTS' if one else 'VERDICTS REST'} ON THE SAMPLE: {'; '.join(parts)}: "
+        f"{'the bound lies' if one else 'each bound lies'} inside the order statistics' "
+        f"distribution-free interval of {'its' if one else 'the'} percentile, so another sample of as "
+        f"many requests could reverse {'this verdict' if one else 'these verdicts'}{apart}. That "
+        "interval takes the requests as independent draws, which requests sharing an engine are not "
+        "(near a knee a p99 spreads several times wider over workload seeds): it is a floor on the "
+        f"uncertainty, and {need}"
+    )
+
+
+__all__ = [
+    "SETTLE_CAP",
+    "bound_outside_ci",
+    "check_judgeable",
+    "fmt_end",
+    "interval",
+    "practical_requests",
+    "quantile_of",
+    "sample_caveat",
+    "settling_requests",
+    "told_apart",
+    "unsure_slos",
+]
