@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.gpus import is_rocm
+from kvsim.model.gpus import is_rocm, sm_capability
 
 
 def dsa_index_bytes(index_head_dim: int) -> int:
@@ -42,11 +42,9 @@ def mla_entry_bits(width: int, kv_dtype: str, bits: int) -> int:
 
 
 def _sm_major(arch: str | None) -> int:
-    """A CUDA arch's compute capability major (`sm_90` 9, `sm_100` 10, `sm_120` 12); 0 for none, ROCm's or
-    one not spelt sm_XY."""
-    if arch is None or not arch.startswith("sm_") or not arch[3:].isdigit() or len(arch) <= 4:
-        return 0
-    return int(arch[3:-1])
+    """A CUDA arch's compute capability major (`sm_90` 9, `sm_100` 10, `sm_120` 12: `gpus.sm_capability`'s
+    tens); 0 for none, ROCm's or one not spelt sm_XY."""
+    return (sm_capability(arch) or 0) // 10
 
 
 def dsa_kv_dtype(model: Any, arch: str | None, kv_dtype: str | None) -> str | None:

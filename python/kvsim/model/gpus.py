@@ -475,13 +475,21 @@ def is_rocm(arch: str | None) -> bool:
     return arch is not None and arch.startswith("gfx")
 
 
+def sm_capability(arch: str | None) -> int | None:
+    """A CUDA arch's compute capability as vLLM compares it (`sm_90` 90, `sm_100` 100, `sm_120` 120: its
+    `DeviceCapability.to_int`), None for ROCm's, none or one not spelt `sm_` and digits. The one parser the
+    rules by capability read (`datacenter_blackwell`, `sizing.check_capability`, `dsa`'s backends)."""
+    if arch is None or not arch.startswith("sm_") or not arch[3:].isdigit():
+        return None
+    return int(arch[3:])
+
+
 def datacenter_blackwell(arch: str | None) -> bool:
     """Whether `arch` is compute capability 10.x (B200, GB200: sm_100; B300, GB300: sm_103), the family vLLM
     0.33.0's `is_device_capability_family(100)` tests (its 1024-wide CUDA graph ceiling, FlashInfer's MLA and
     TRT-LLM MoE kernels, GLM-5's fp8 KV cache)."""
-    arch = arch or ""
-    family = arch.removeprefix("sm_")
-    return arch.startswith("sm_") and family.isdigit() and int(family) // 10 == 10
+    cap = sm_capability(arch)
+    return cap is not None and cap // 10 == 10
 
 
 # The preset a CUDA/ROCm device name (`torch.cuda.get_device_name`) is, most specific first (`h200 nvl`

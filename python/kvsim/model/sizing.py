@@ -34,7 +34,7 @@ from typing import Any
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import dsa
 from kvsim.model.collectives import sequence_parallel_replicated
-from kvsim.model.gpus import Gpu, datacenter_blackwell, is_rocm
+from kvsim.model.gpus import Gpu, datacenter_blackwell, is_rocm, sm_capability
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.knobs import KNOBS
 from kvsim.model.layers import KVLayout, kv_layout
@@ -74,7 +74,8 @@ def check_capability(m: Model, gpu: Gpu) -> None:
     if least is None:
         return
     arch = gpu.arch or ""
-    if not arch.startswith("sm_") or not arch[3:].isdigit() or int(arch[3:]) >= least:
+    cap = sm_capability(arch)
+    if cap is None or cap >= least:
         return
     raise InvalidArgumentError(
         f'quantization {method}: vLLM 0.33.0 does not run it on {gpu.name} ({arch}): "The quantization method '
