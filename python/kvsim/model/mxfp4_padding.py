@@ -16,17 +16,22 @@ from kvsim.model.models import Model
 # Blackwell, B200 and B300 (256 and 128: `is_device_capability_family(100)`, 10.x), Marlin on RTX Blackwell and
 # GB10 (the 12.x family moves Triton after it), Triton on ROCm (256 and 256).
 # `create_weights` allocates the padded shapes, scales alike (`quantization/mxfp4.py`).
+MARLIN, TRITON, TRTLLM = "marlin", "triton", "flashinfer-trtllm"
+MXFP4_GPT_OSS_BACKEND: dict[str, tuple[str, int, int]] = {
+    "sm_80": (MARLIN, 256, 128),
+    "sm_86": (MARLIN, 256, 128),
+    "sm_89": (MARLIN, 256, 128),
+    "sm_90": (TRITON, 1, 64),
+    "sm_100": (TRTLLM, 256, 128),
+    "sm_103": (TRTLLM, 256, 128),
+    "sm_120": (MARLIN, 256, 128),
+    "sm_121": (MARLIN, 256, 128),
+    "gfx942": (TRITON, 256, 256),
+    "gfx950": (TRITON, 256, 256),
+}
+# (hidden, intermediate) alignment by architecture
 MXFP4_GPT_OSS_ALIGN: dict[str, tuple[int, int]] = {
-    "sm_80": (256, 128),
-    "sm_86": (256, 128),
-    "sm_89": (256, 128),
-    "sm_90": (1, 64),
-    "sm_100": (256, 128),
-    "sm_103": (256, 128),
-    "sm_120": (256, 128),
-    "sm_121": (256, 128),
-    "gfx942": (256, 256),
-    "gfx950": (256, 256),
+    a: (h, i) for a, (_, h, i) in MXFP4_GPT_OSS_BACKEND.items()
 }
 
 
@@ -75,10 +80,10 @@ def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: in
     return mxfp4_padding(m, arch, tp, ep, dp).bytes
 
 
-# The architectures whose default gpt-oss MXFP4 backend is the OAI Triton kernels (`MXFP4_GPT_OSS_ALIGN`'s
-# comment): their `TRITON_BACKENDS` branch casts the expert biases to float32 (`fused_moe/oracle/mxfp4.py`,
-# v0.33.0, lines 1444-1448).
-MXFP4_TRITON_ARCHES = ("sm_90", "gfx942", "gfx950")
+# The architectures whose default gpt-oss MXFP4 backend is the OAI Triton kernels (`MXFP4_GPT_OSS_BACKEND`):
+# their `TRITON_BACKENDS` branch casts the expert biases to float32 (`fused_moe/oracle/mxfp4.py`, v0.33.0,
+# lines 1444-1448).
+MXFP4_TRITON_ARCHES = tuple(a for a, (backend, _, _) in MXFP4_GPT_OSS_BACKEND.items() if backend == TRITON)
 
 
 def _up(x: int, m: int) -> int:
