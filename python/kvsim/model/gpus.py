@@ -139,7 +139,11 @@ GPUS: dict[str, Gpu] = {
             fp4=1676e12,
         ),
         # RTX PRO 6000 Blackwell Server Edition datasheet: 96 GB GDDR7, 1,597 GB/s, 4 PFLOPS fp4 with sparsity
-        # (2 dense; fp8 1, bf16 0.5 dense); PCIe 5.0 x16; nvidia-smi reports 97,887 MiB.
+        # (2 dense; fp8 1, bf16 0.5 dense); PCIe 5.0 x16; nvidia-smi reports 97,887 MiB. The 1,597 GB/s is the
+        # Server Edition's (NVIDIA's product page, nvidia.com/en-us/data-center/rtx-pro-6000-blackwell-server-
+        # edition: "Memory Bandwidth: 1597 GB/s", as quoted in public GitHub files found by code search, one
+        # citing NVIDIA's December 2025 datasheet, page 3; AWS's G7e: "Each G7e GPU provides 1,597 GB/s"); the
+        # 1,792 GB/s often quoted is the Workstation Edition's (28 Gbps GDDR7).
         # CUDA: 97,250 MiB = 94.97 GiB (the Server Edition's torch.cuda.get_device_properties on Linux,
         # total_memory=97250MB, in a public GitHub file found by code search; no issue thread to cite).
         _g(
@@ -154,13 +158,21 @@ GPUS: dict[str, Gpu] = {
         ),
         # A10 datasheet (NVIDIA publishes none for AWS's A10G; the A10's figures): 24 GB GDDR6, 600 GB/s,
         # 125 TFLOPS bf16 dense (250 with sparsity); PCIe 4.0 x16; an A10G's nvidia-smi reports 23,028 MiB.
+        # The bf16 rate is unverified for the A10G: AWS's G5 page (aws.amazon.com/ec2/instance-types/g5) gives
+        # only "24 GB of memory, 80 RT cores and 320 third-generation Tensor Cores" (80 SMs to the A10's 72) and
+        # "up to 250 TOPS" (the A10's dense INT8, twice this 125); a secondary source, Baseten's "NVIDIA A10 vs
+        # A10G for ML model inference" (baseten.co/blog), gives the A10G 70 TFLOPS bf16 dense, its tensor compute
+        # below the A10's (70 is GeForce's half-rate fp32 accumulate on 80 SMs at TechPowerUp's 1,710 MHz
+        # boost). Kept at the A10's 125 until an AWS or NVIDIA figure says otherwise; compute-bound (prefill)
+        # times on a10g may be optimistic.
         # CUDA: 22,587 MiB = 22.06 GiB (torch.cuda.get_device_properties of an AWS A10G, total_memory=22587MB,
         # in public GitHub files found by code search; no issue thread to cite).
         _g("a10g", 22587 * MIB, 600e9, 125e12, 32e9, "NVIDIA A10 Tensor Core GPU datasheet (AWS A10G)"),
         # A10 datasheet: 24 GB GDDR6, 600 GB/s, 125 TFLOPS bf16 dense (250 with sparsity); PCIe 4.0 x16;
         # nvidia-smi reports 23,028 MiB ("NVIDIA A10, 23028 MiB" in public GitHub files found by code search; AWS's
-        # A10G reports the same). CUDA: no total found for an A10 itself; taken as the A10G's 22,587 MiB = 22.06 GiB
-        # (the same board memory and nvidia-smi total).
+        # A10G reports the same). CUDA: 22.06 GiB on a named "NVIDIA A10" (torch 2.14, CUDA 13.0: "GPU 0 has a
+        # total capacity of 22.06 GiB", in a public GitHub benchmark file found by code search), the A10G's
+        # 22,587 MiB (the same board memory and nvidia-smi total).
         _g("a10", 22587 * MIB, 600e9, 125e12, 32e9, "NVIDIA A10 Tensor Core GPU datasheet"),
         # L4 datasheet: 24 GB GDDR6, 300 GB/s, 121 TFLOPS bf16 dense (242 with sparsity), 242.5 fp8 dense,
         # PCIe Gen4 x16; nvidia-smi reports 23,034 MiB.
@@ -299,19 +311,24 @@ GPUS: dict[str, Gpu] = {
             peer=900e9,
         ),
         # GB200 NVL72 datasheet, per GPU (1/72 of the rack): 186 GB HBM3e (13.4 TB / 72), 8 TB/s, 2.5 PFLOPS
-        # bf16, 5 fp8, 10 fp4 dense (the sheet's 360 / 720 / 1,440 PFLOPS are with sparsity); host link:
-        # NVLink-C2C to Grace, 900 GB/s both ways (450 GB/s each way); NVLink 1.8 TB/s per GPU (both ways) to
-        # the other 71. The sheet gives C2C's 900 GB/s per superchip (one Grace, two GPUs) and no source found
-        # says whether each GPU has its own or the two share one: 450 GB/s each way a GPU assumes its own (if
-        # shared, 225 each way a GPU when both move at once). CUDA:
+        # bf16, 5 fp8, 10 fp4 dense (the sheet's 360 / 720 / 1,440 PFLOPS are with sparsity); NVLink 1.8 TB/s
+        # per GPU (both ways) to the other 71. Host link: NVLink-C2C to Grace, whose 900 GB/s both ways (450
+        # each way) NVIDIA gives per superchip, one Grace and two GPUs (a Grace's ten C2C links, 450 GB/s each
+        # way in all: glennklockwood.com/garden/NVLink from Grace's Hot Chips 34 talk; GH200's one GPU has them
+        # all: "NVLINK C2C interface with data rates upto 450GB/s per direction", NVIDIA's MLPerf Inference
+        # start-from-device note for DGX GH200), so each GPU has half: 225 GB/s each way. NVIDIA's NCCL
+        # net-plugin design note "DirectNIC support" (authors at nvidia.com; a public GitHub file found by code
+        # search): "in the platforms with two GPUs per Grace, C2C bandwidth per GPU is only 1800Gb/s" (225 GB/s,
+        # one way: an 800 Gb/s NIC's traffic "would consume half of its bandwidth"). No datasheet states the
+        # split. Was 450 GB/s each way (each GPU assumed the whole C2C) until 2026-12-06. CUDA:
         # 184.31 GiB (vllm-project/vllm#43951, "4x NVIDIA GB200 (184 GiB)": "total capacity of 184.31 GiB").
         _g(
             "gb200",
             188733 * MIB,
             8.0e12,
             2500e12,
-            450e9,
-            "NVIDIA GB200 NVL72 datasheet",
+            225e9,
+            "NVIDIA GB200 NVL72 datasheet; NVIDIA NCCL DirectNIC note (C2C per GPU)",
             fp8=5000e12,
             fp4=10000e12,
             peer=900e9,
@@ -319,7 +336,9 @@ GPUS: dict[str, Gpu] = {
         # HGX B300 datasheet, per GPU (1/8 of the board): 288 GB HBM3e (2.3 TB / 8), 2.25 PFLOPS bf16, 4.5 fp8,
         # 13.5 fp4 dense (the sheet's 36 / 72 PFLOPS per 8 GPUs are with sparsity, its fp4 144 | 108 with |
         # without);
-        # 8 TB/s (NVIDIA's "Inside NVIDIA Blackwell Ultra" technical blog: 288 GB HBM3e at 8 TB/s a GPU); NVLink
+        # 8 TB/s (NVIDIA's "Inside NVIDIA Blackwell Ultra" technical blog: 288 GB HBM3e at 8 TB/s a GPU; no NVIDIA
+        # source found for the HGX part's own: secondary tables give it 7.7 TB/s, verda.com, and its fp4 13.1
+        # to 14 PF dense, glennklockwood.com and verda.com, both within 4 % and neither NVIDIA's); NVLink
         # 1.8 TB/s per GPU (both ways); nvidia-smi reports 275,040 MiB. Host link: the GPU's PCIe Gen6 x16 meets
         # its host's Gen5, as B200's: DGX B300 pairs eight B300 with two Intel Xeon 6 6776P, 88 PCIe 5.0 lanes
         # each (heise online, "Intel Xeon 6 6776P: Diesen Prozessor setzt Nvidia im DGX B300 ein", 2025,
@@ -340,8 +359,10 @@ GPUS: dict[str, Gpu] = {
         ),
         # GB300 NVL72 datasheet, per GPU (1/72 of the rack): up to 20 TB HBM3e (~279 GB a GPU; 288 GB Blackwell
         # Ultra's), 576 TB/s (8 TB/s), 2.5 PFLOPS bf16, 5 fp8, 15 fp4 dense (the sheet's 360 / 720 PFLOPS are with
-        # sparsity, its fp4 1,440 | 1,080 with | without); host link: NVLink-C2C to Grace, 900 GB/s both ways
-        # (450 GB/s each way a GPU, assuming each GPU its own, as GB200's);
+        # sparsity, its fp4 1,440 | 1,080 with | without); host link: NVLink-C2C to Grace, 900 GB/s both ways a
+        # Grace shared by its two GPUs (2 Grace and 4 GPUs a compute tray), 225 GB/s each way a GPU, as GB200's
+        # (the NCCL "DirectNIC support" note's "two GPUs per Grace ... 1800Gb/s" is this platform's: CX-8 on the
+        # board; was 450 until 2026-12-06);
         # NVLink 1.8 TB/s per GPU (both ways) to the other 71; nvidia-smi reports 284,208 MiB.
         # CUDA: 276.50 GiB = 283,136 MiB (stas00/ml-engineering's debug/pytorch.md: "total capacity of 276.50 GiB"
         # on a DGX Station's GB300; the same in a 64-GPU GB300 cluster's torchtitan runs, "peak 244.94 of
@@ -351,8 +372,8 @@ GPUS: dict[str, Gpu] = {
             283136 * MIB,
             8.0e12,
             2500e12,
-            450e9,
-            "NVIDIA GB300 NVL72 datasheet",
+            225e9,
+            "NVIDIA GB300 NVL72 datasheet; NVIDIA NCCL DirectNIC note (C2C per GPU)",
             fp8=5000e12,
             fp4=15000e12,
             peer=900e9,
