@@ -143,6 +143,32 @@ def fmt_end(x: float, slo: SLO) -> str:
     return repr(x)
 
 
+def fmt_interval(span: tuple[float | None, float | None] | None, slo: SLO) -> str:
+    """An interval of `slo`'s statistic as the tables print it (`PlanResult.table`, `kvsim plan
+    --split`'s): `[A,B]`, `(-∞,B]` or `[A,∞)` for an end too few requests give, `-` without one."""
+    if span is None:
+        return "-"
+    low, high = span
+    return (
+        ("(-∞" if low is None else f"[{fmt_end(low, slo)}")
+        + ","
+        + ("∞)" if high is None else f"{fmt_end(high, slo)}]")
+    )
+
+
+def bound_vs_ci(result: PlanResult) -> str:
+    """The answer's place against its intervals in a word, as `kvsim plan --split`'s table gives it per
+    search: `outside` (`PlanResult.outside_ci` True), `INSIDE:ttft_p99` (False, naming the SLOs on
+    which a decisive probe's verdict rests on its sample), `-` (None: no interval decides it)."""
+    flag = result.outside_ci
+    if flag is None:
+        return "-"
+    if flag:
+        return "outside"
+    unsure = {s.metric: None for row in result._decisive_rows() for s in unsure_slos(row, result.slos)}
+    return f"INSIDE:{'+'.join(unsure)}"
+
+
 def practical_requests(result: PlanResult, row: Mapping[str, Any]) -> int:
     """The most requests `settling_requests` quotes as a number (`SETTLE_CAP`, and on the rate axis
     no more than the simulated clock holds at the probe's rate): past it the percentile sits too close
@@ -315,8 +341,10 @@ _INTERVAL_OF = {
 __all__ = [
     "SETTLE_CAP",
     "bound_outside_ci",
+    "bound_vs_ci",
     "check_judgeable",
     "fmt_end",
+    "fmt_interval",
     "fraction_columns",
     "interval",
     "kind_of",

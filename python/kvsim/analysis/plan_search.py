@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.analysis.plan_sampling import fmt_end, interval, sample_caveat, unsure_slos
+from kvsim.analysis.plan_sampling import fmt_interval, interval, sample_caveat, unsure_slos
 from kvsim.analysis.steady_state import STEADY_SPANS, steady_requests
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
@@ -664,16 +664,7 @@ class PlanResult:
             for c in cols:
                 v = r.get(c)
                 if c in ci_cols:
-                    span = interval(r, ci_cols[c])
-                    if span is None:
-                        out.append("-")
-                    else:
-                        low, high = span
-                        out.append(
-                            ("(-∞" if low is None else f"[{fmt_end(low, ci_cols[c])}")
-                            + ","
-                            + ("∞)" if high is None else f"{fmt_end(high, ci_cols[c])}]")
-                        )
+                    out.append(fmt_interval(interval(r, ci_cols[c]), ci_cols[c]))
                 elif c == "bound vs CI":
                     flag = r.get("outside_ci")
                     unsure = "+".join(s.metric for s in unsure_slos(r, self.slos))
