@@ -182,3 +182,20 @@ def test_plan_gives_goodput_and_mean_slos_intervals_from_its_requests(capsys):
     (header,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("round")]
     assert "goodput_fraction 95% CI " in header
     assert "ttft_mean 95% CI (s)" in header
+
+
+def test_a_probe_gives_each_latency_means_interval_over_the_values_of_its_mean():
+    """`probe_summary`'s `mean_ci` is `mean_interval` of the values the summary's mean is taken over
+    (`latency_values`), so it always holds the mean printed beside it."""
+    from kvsim.analysis.plan import at_rate, probe_summary
+    from kvsim.engine.simulate import latency_values
+    from kvsim.workloads.registry import make_workload, parse_workload
+
+    cfg = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes=12 * 2**30)
+    r = kvsim.simulate(at_rate(make_workload(*parse_workload("sharegpt"), 500, 0), 3.3), cfg)
+    s, values = probe_summary(r), latency_values(r.requests)
+    for name in ("ttft_s", "tpot_s", "e2e_s", "queueing_s"):
+        assert s[f"{name}_mean"] == pytest.approx(values[name].mean())
+        assert s["mean_ci"][f"{name}_mean"] == list(mean_interval(values[name]))
+        low, high = s["mean_ci"][f"{name}_mean"]
+        assert low <= s[f"{name}_mean"] <= high
