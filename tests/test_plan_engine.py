@@ -154,6 +154,24 @@ def test_plot_marks_the_bound_and_the_knee(real, tmp_path):
         assert f"SLO: {slo.label()}" in labels
         assert any(t.startswith("knee: ") for t in labels)
     assert f"knee {r._fmt(r.value)}" in plan_finding(r)
+    # Each probe's 95 % interval as a bar: one per probe, from the row's low end to its high one (an
+    # open end stops at the estimate, marked; 300 requests give the p99 no upper end).
+    for ax, slo in zip(axes, r.slos, strict=True):
+        (bars,) = [c for c in ax.collections if c.get_label() == "95 % interval"]
+        segments = bars.get_segments()
+        assert len(segments) == 1  # (the first bar carries the label; the rest are unlabelled)
+        rows = r.probes.sort(r.axis).to_dicts()
+        drawn = [c for c in ax.collections if type(c).__name__ == "LineCollection"]
+        assert len(drawn) == len(rows)
+        for c, row in zip(drawn, rows, strict=True):
+            ((x0, y0), (_, y1)) = c.get_segments()[0]
+            assert x0 == pytest.approx(row[r.axis])
+            assert y0 == pytest.approx(row[f"{slo.metric}_ci_low"])
+            high = row[f"{slo.metric}_ci_high"]
+            assert y1 == pytest.approx(row[slo.metric] if high is None else high)
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "95 % interval" in labels
+        assert "interval open (too few requests)" in labels
     path = r.plot(tmp_path / "plan.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -215,3 +215,37 @@ def test_a_split_search_refuses_a_tpot_slo_on_one_token_requests():
     assert (w.output_len == 1).all()
     with pytest.raises(InvalidArgumentError, match=r"^slo tpot_p99: cannot be judged on this workload"):
         best_split(w, kvsim.SimConfig(**MODEL), {"tpot_p99": 0.01}, max_gpus=2, workers=1)
+
+
+def test_cli_split_gives_the_answers_intervals_as_the_rate_search_does(capsys):
+    """`--split`'s table has the rate search's `95% CI` column per SLO (each search's interval at its
+    answer's probe) and, where a decisive verdict rests on its sample, `bound vs CI` and the caveat
+    under the fleets: 200 requests leave the p99s' intervals without an upper end (fewer than 368), so
+    both answers rest on the sample; 2,000 put the bounds outside and say nothing of it."""
+    assert main([*CLI, "--split", "--max-gpus", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for s in data["searches"]:
+        probes = {p["replicas"]: p for p in data["probes"][s["fleet"]]}
+        answer = probes[s["decode"]]
+        for m in ("ttft_p99", "tpot_p99"):
+            assert (s[f"{m}_ci_low"], s[f"{m}_ci_high"]) == (answer[f"{m}_ci_low"], answer[f"{m}_ci_high"])
+            assert s[f"{m}_ci_high"] is None  # (200 requests: no upper end)
+        assert s["bound_vs_ci"] == "INSIDE:tpot_p99+ttft_p99"
+    assert main([*CLI, "--split", "--max-gpus", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    (head,) = [line for line in out if line.startswith("fleet ")]
+    assert head.split()[8:14] == ["tpot_p99", "95%", "CI", "(s)", "ttft_p99", "95%"]
+    assert head.split()[-3:] == ["bound", "vs", "CI"]
+    (agg,) = [line for line in out if line.startswith("aggregated ")]
+    assert agg.split()[-1] == "INSIDE:tpot_p99+ttft_p99"
+    assert "∞)" in agg
+    assert any(
+        line.startswith("aggregated: THE VERDICTS REST ON THE SAMPLE: replicas 2 passes") for line in out
+    )
+    assert any(line.startswith("P=1: THE VERDICTS REST ON THE SAMPLE: ") for line in out)
+    more = [a if a != "200" else "2000" for a in CLI]
+    assert main([*more, "--split", "--max-gpus", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "tpot_p99 95% CI (s)" in out
+    assert "bound vs CI" not in out
+    assert "SAMPLE" not in out

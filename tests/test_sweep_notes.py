@@ -2,22 +2,28 @@
 `num_gpu_blocks_override` win over the KV memory, `kv_cache_memory_bytes` over `gpu_memory_utilization`):
 once for the sweep, not once a point, where it applies (with how many configurations where not all), its
 fields named as given (`--base`, `--grid`, the sweep file's tables); a sweep without an override says
-nothing of it."""
+nothing of it. And it says what `kvsim run` says of a run too short to reach a steady state, once for the
+sweep, naming its points too short."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
+from kvsim.analysis.steady_state import STEADY_SPANS, sweep_too_short_note
 from kvsim.cli import main
 
 SMALL = ["--requests", "5", "--seeds", "3", "--no-progress", "--no-resume"]
+STEADY = "note: not a steady state"
 
 
 def _notes(capsys: pytest.CaptureFixture[str], argv: list[str], out: Path) -> list[str]:
+    """The sizing notes (5 requests are too short for a steady state: that note is tested below)."""
     assert main(["sweep", *argv, *SMALL, "--output", str(out)]) == 0
-    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: ")]
+    lines = capsys.readouterr().out.splitlines()
+    return [line for line in lines if line.startswith("note: ") and not line.startswith(STEADY)]
 
 
 def test_the_sweep_says_kvsim_runs_override_note_once(capsys, tmp_path):
@@ -108,3 +114,59 @@ def test_a_sweep_files_fields_are_named_by_its_tables_and_no_override_no_note(ca
         capsys, ["--base", "model=llama-3-8b", "--grid", "kv_cache_bytes=4GiB,8GiB"], tmp_path / "f.parquet"
     )
     assert notes == []
+
+
+OPT = ["--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=12GiB",
+       "--workload", "sharegpt:arrival_rate=2", "--no-progress", "--no-resume"]  # fmt: skip
+
+
+def _steady(capsys: pytest.CaptureFixture[str], argv: list[str], out: Path) -> list[str]:
+    assert main(["sweep", *OPT, *argv, "--output", str(out)]) == 0
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith(STEADY)]
+
+
+def test_a_sweep_too_short_for_a_steady_state_says_so_once_naming_its_points(capsys, tmp_path):
+    """20 requests at 2 req/s arrive over less than their e2e p99: one note for the sweep naming both
+    points of the grid (not once a seed), with how long their arrivals lasted, and asking for the requests
+    `kvsim run`'s note asks for of the same run (the workload's rate over 5 of its e2e p99s)."""
+    (note,) = _steady(capsys, ["--grid", "max_num_seqs=16,64", "--requests", "20"], tmp_path / "a.parquet")
+    assert note.startswith(
+        "note: not a steady state at 2 of the sweep's 2 points: max_num_seqs=16 (arrivals over "
+    )
+    assert "; max_num_seqs=64 (arrivals over " in note
+    assert "less than 5 times their e2e p99, kvsim run's rule" in note
+    assert main(["run", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "12GiB",
+                 "--workload", "sharegpt:arrival_rate=2", "--requests", "20"]) == 0  # fmt: skip
+    (said,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith(STEADY)]
+    need = said.split("about ")[-1].split(" requests at this rate")[0]
+    assert f"about {need} requests or more (--requests) to cover them all" in note
+    frame = pl.read_parquet(tmp_path / "a.parquet")
+    assert (frame["arrival_span_s"] < STEADY_SPANS * frame["e2e_s_p99"]).all()
+    assert frame["steady_requests"].to_list() == [int(need.replace(",", ""))] * 2
+
+
+def test_a_long_enough_sweep_says_nothing_of_it_and_many_points_are_counted(capsys, tmp_path):
+    """2,000 requests at 2 req/s last many times their e2e p99: no note. Ten short points: the first
+    eight named, then how many more, and several seeds say in one seed's run at least."""
+    assert (
+        _steady(capsys, ["--grid", "max_num_seqs=16,64", "--requests", "2000"], tmp_path / "b.parquet") == []
+    )
+    grid = ",".join(str(8 * i) for i in range(1, 11))
+    argv = ["--grid", f"max_num_seqs={grid}", "--requests", "20", "--seeds", "2"]
+    (note,) = _steady(capsys, argv, tmp_path / "c.parquet")
+    assert note.startswith("note: not a steady state at 10 of the sweep's 10 points: max_num_seqs=8 ")
+    assert "max_num_seqs=64 (" in note
+    assert "max_num_seqs=72" not in note
+    assert "; and 2 more: " in note
+    assert "(in one seed's run at least)" in note
+
+
+def test_rows_without_the_columns_get_no_note():
+    """A sweep file written before rows kept `arrival_span_s` (resumed): no judgement, no note."""
+    old = pl.DataFrame({"point_id": ["a"], "seed": [0], "e2e_s_p99": [3.0], "completed": [20]})
+    assert sweep_too_short_note(old) is None
+    assert sweep_too_short_note(old.with_columns(arrival_span_s=pl.lit(None, pl.Float64))) is None
+    assert sweep_too_short_note(old.with_columns(arrival_span_s=pl.lit(15.0))) is None  # (exactly 5 times)
+    assert "at 1 of the sweep's 1 point: the sweep's point (arrivals over 4.7 times" in (
+        sweep_too_short_note(old.with_columns(arrival_span_s=pl.lit(14.0))) or ""
+    )

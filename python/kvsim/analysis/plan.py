@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from kvsim.analysis.plan_sampling import bound_outside_ci, check_judgeable
+from kvsim.analysis.plan_sampling import bound_outside_ci, check_judgeable, fraction_columns
 from kvsim.analysis.plan_search import (
     DEFAULT_MAX_PROBES,
     DEFAULT_PRECISION,
@@ -144,7 +144,9 @@ def probe_summary(result: Any) -> dict[str, Any]:
     (`ttft_s_p99`, ...) 95 % interval `[low, high]` from the requests it was taken over
     (`kvsim.analysis.quantile_ci.quantile_interval`, None for an end too few requests give), and
     `quantile_n`, how many those were per latency (`ttft_s`, ...: TPOT's are the requests of more than one
-    token a sample)."""
+    token a sample); `mean_ci`, each latency mean's (`ttft_s_mean`, ...) 95 % interval over the same
+    requests (`kvsim.analysis.moment_ci.mean_interval`: the normal approximation, approximate)."""
+    from kvsim.analysis.moment_ci import mean_interval
     from kvsim.analysis.quantile_ci import quantile_interval
     from kvsim.analysis.steady_state import queue_growth, too_short, warmup
     from kvsim.engine.simulate import SUMMARY_QUANTILES, latency_values
@@ -159,6 +161,7 @@ def probe_summary(result: Any) -> dict[str, Any]:
         for name, v in values.items()
         for q in SUMMARY_QUANTILES
     }
+    summary["mean_ci"] = {f"{name}_mean": list(mean_interval(v)) for name, v in values.items()}
     overloaded = queue_growth(result) is not None
     summary["overloaded"] = overloaded
     summary["steady"] = not overloaded and too_short(result) is None
@@ -421,13 +424,18 @@ def _search(
                 if summary.get("overloaded") is not None:  # (kvsim's probes: `probe_summary`)
                     row["overloaded"] = bool(summary["overloaded"])
                     row["served_rps"] = summary.get("throughput_rps")
-                ci, counts = summary.get("quantile_ci") or {}, summary.get("quantile_n") or {}
-                for s in slos:  # (a percentile's 95 % interval, kvsim's probes: `probe_summary`)
+                ci = {**(summary.get("quantile_ci") or {}), **(summary.get("mean_ci") or {})}
+                counts = summary.get("quantile_n") or {}
+                for s in slos:  # (a percentile's or a mean's 95 % interval, kvsim's probes: `probe_summary`)
                     if s.key in ci and s.key.rsplit("_", 1)[0] in counts:
                         low, high = ci[s.key]
                         row[f"{s.metric}_ci_low"] = None if low is None else float(low)
                         row[f"{s.metric}_ci_high"] = None if high is None else float(high)
                         row[f"{s.metric}_n"] = int(counts[s.key.rsplit("_", 1)[0]])
+                if "goodput_fraction" in values and summary.get("num_requests"):
+                    # (the share's Wilson interval over the requests it is a share of: DESIGN.md §Capacity
+                    # search, "Sampling")
+                    row.update(fraction_columns(values["goodput_fraction"], summary["num_requests"] - aside))
                 row["outside_ci"] = bound_outside_ci(row, slos, failed_by_rejection=not rejections_ok)
                 if summary.get("steady") is not None:  # (kvsim's probes: `probe_summary`)
                     row["steady"] = bool(summary["steady"])

@@ -166,7 +166,13 @@ class SplitPlan:
         """One row per search: `fleet` (`aggregated` or `P=<p>`), `prefill`, `decode` (the answer of
         the bisection, None if none passed), `max_decode` (the most it could take: `split_caps`; for the
         aggregated fleet its replicas' limit), `gpus`, `goodput_per_gpu` (the target rate over the GPUs),
-        `status`, `probes`, `monotone`."""
+        `status`, `probes`, `monotone`; and where the probes give 95 % intervals (kvsim's probes:
+        DESIGN.md §Capacity search, "Sampling"), `{metric}_ci_low` and `{metric}_ci_high` per SLO, its
+        interval at the answer's probe (None for an end too few requests give, or no answer), and
+        `bound_vs_ci` (`plan_sampling.bound_vs_ci`: `outside`, `INSIDE:ttft_p99` where a decisive
+        verdict rests on its sample, `-`)."""
+        from kvsim.analysis.plan_sampling import bound_vs_ci, interval
+
         rows: list[dict[str, Any]] = []
         searches: list[tuple[str, int, PlanResult]] = [("aggregated", 0, self.aggregated_search)]
         searches += [(f"P={p}", p, r) for p, r in self.split_searches.items()]
@@ -177,10 +183,22 @@ class SplitPlan:
             rows.append({"fleet": name, "prefill": p, "decode": n, "max_decode": most, "gpus": gpus,
                          "goodput_per_gpu": None if gpus is None else self.rate / gpus,
                          "status": r.status, "probes": r.probes.height, "monotone": r.monotone})  # fmt: skip
+            cis = [s for s in self.slos if f"{s.metric}_n" in r.probes.columns]
+            if cis:  # (the intervals at the answer's probe, as the rate search's table gives each probe's)
+                answer = (
+                    r.probes.filter(pl.col(r.axis) == r.value) if r.value is not None else r.probes.clear()
+                )
+                at = answer.row(0, named=True) if answer.height else {}
+                for s in cis:
+                    low, high = interval(at, s) or (None, None)
+                    rows[-1].update({f"{s.metric}_ci_low": low, f"{s.metric}_ci_high": high})
+                rows[-1]["bound_vs_ci"] = bound_vs_ci(r)
+        floats = {f"{s.metric}_ci_{end}": pl.Float64 for s in self.slos for end in ("low", "high")}
         return pl.DataFrame(
             rows,
             schema_overrides={
-                "decode": pl.Int64, "max_decode": pl.Int64, "gpus": pl.Int64, "goodput_per_gpu": pl.Float64
+                "decode": pl.Int64, "max_decode": pl.Int64, "gpus": pl.Int64, "goodput_per_gpu": pl.Float64,
+                **{k: v for k, v in floats.items() if any(k in r for r in rows)},
             },
         )  # fmt: skip
 
@@ -219,6 +237,7 @@ class SplitPlan:
         if self.split is not None and self.split[0] in self.split_searches:
             searches.append((f"P={self.split[0]}", self.split_searches[self.split[0]]))
         lines += [f"{name}: {r.steady_caveat()}" for name, r in searches if r.steady is False]
+        lines += [f"{name}: {r.sample_caveat()}" for name, r in searches if r.outside_ci is False]
         lines += self._aside_lines()
         if self.violations:
             pairs = ", ".join(f"{w}: {a} passes, {b} fails" for w, a, b in self.violations[:3])

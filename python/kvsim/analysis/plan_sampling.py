@@ -1,7 +1,8 @@
 """The sampling caveat of capacity search (DESIGN.md §Capacity search, "Sampling"): the quantile a
-percentile SLO bounds, a probe's order-statistic interval of it (`kvsim.analysis.quantile_ci`, read by
-`kvsim.analysis.plan.probe_summary`) and whether the probe's verdict is clear of it
-(`bound_outside_ci`, `unsure_slos`), the refusal of an SLO no probe can judge (`check_judgeable`), and
+percentile SLO bounds, a probe's 95 % interval of an SLO's statistic (a percentile's from order
+statistics, `kvsim.analysis.quantile_ci`; a mean's and a goodput fraction's, `kvsim.analysis.moment_ci`;
+read by `kvsim.analysis.plan.probe_summary` and `fraction_columns`) and whether the probe's verdict is
+clear of it (`bound_outside_ci`, `unsure_slos`), the refusal of an SLO no probe can judge (`check_judgeable`), and
 the caveat a search's answer carries when its decisive verdicts rest on their sample (`sample_caveat`,
 `PlanResult.sample_caveat`'s): which, where the sample tells the answer apart, and about how many
 requests would settle them."""
@@ -57,28 +58,50 @@ def quantile_of(slo: SLO) -> float | None:
     return {f"p{round(q * 100)}": q for q in SUMMARY_QUANTILES}.get(stat) if slo.upper else None
 
 
+def kind_of(slo: SLO) -> str:
+    """Which statistic `slo` bounds, as its interval is taken: `percentile` (order statistics),
+    `fraction` (Wilson) or `mean` (the normal approximation; `normalized_latency` too, which has none)."""
+    if quantile_of(slo) is not None:
+        return "percentile"
+    return "fraction" if slo.unit == "fraction" else "mean"
+
+
+def fraction_columns(fraction: float | None, n: int) -> dict[str, Any]:
+    """A probe row's `goodput_fraction_ci_low`, `_ci_high` and `_n`: the Wilson 95 % interval
+    (`moment_ci.wilson_interval`) of the share of n requests meeting their per-request SLOs; none
+    without a share or requests."""
+    from kvsim.analysis.moment_ci import wilson_interval
+
+    if fraction is None or math.isnan(fraction) or n < 1:
+        return {}
+    low, high = wilson_interval(min(max(float(fraction), 0.0), 1.0), int(n))  # (against rounding)
+    return {"goodput_fraction_ci_low": low, "goodput_fraction_ci_high": high, "goodput_fraction_n": int(n)}
+
+
 def interval(row: Mapping[str, Any], slo: SLO) -> tuple[float | None, float | None] | None:
-    """A probe's 95 % interval of `slo`'s percentile (the row's `{metric}_ci_low`, `_ci_high`; None for
-    an end too few requests give), None without one (a caller's probe, a mean or a fraction)."""
+    """A probe's 95 % interval of `slo`'s statistic (the row's `{metric}_ci_low`, `_ci_high`; None for
+    an end too few requests give), None without one (a caller's probe, `normalized_latency`)."""
     if row.get(f"{slo.metric}_n") is None or row.get(slo.metric) is None:
         return None
     return row.get(f"{slo.metric}_ci_low"), row.get(f"{slo.metric}_ci_high")
 
 
 def _surely(row: Mapping[str, Any], slo: SLO, passes: bool) -> bool:
-    """Whether the whole interval of `slo`'s percentile lies on the bound's passing side (at or below it)
-    or, `passes` False, on its failing side (above it)."""
+    """Whether the whole interval of `slo`'s statistic lies on the bound's passing side (at or below an
+    upper bound, at or above a lower one: a goodput fraction's) or, `passes` False, on its failing side."""
     iv = interval(row, slo)
     if iv is None:
         return False
     low, high = iv
+    if not slo.upper:  # (a lower bound, a goodput fraction's: passing at or above it)
+        return low is not None and low >= slo.bound if passes else high is not None and high < slo.bound
     return high is not None and high <= slo.bound if passes else low is not None and low > slo.bound
 
 
 def unsure_slos(row: Mapping[str, Any], slos: Sequence[SLO]) -> list[SLO]:
-    """The percentile SLOs on which a probe's verdict rests on its sample when it does (`outside_ci` False,
-    `bound_outside_ci`): for a pass those whose interval reaches above the bound, for a fail the failed ones
-    whose interval reaches down to it; empty otherwise."""
+    """The SLOs with an interval on which a probe's verdict rests on its sample when it does (`outside_ci` False,
+    `bound_outside_ci`): for a pass those whose interval reaches past the bound, for a fail the failed ones
+    whose interval reaches back to it; empty otherwise."""
     if row.get("outside_ci") is not False:
         return []
     if row.get("passed"):
@@ -90,13 +113,14 @@ def bound_outside_ci(
     row: Mapping[str, Any], slos: Sequence[SLO], failed_by_rejection: bool = False
 ) -> bool | None:
     """Whether a probe's verdict is statistically clear (DESIGN.md §Capacity search, "Sampling"): the
-    percentile SLOs' bounds outside the 95 % intervals of their percentiles from the probe's requests (the
-    order statistics' interval, `kvsim.analysis.quantile_ci`), on the verdict's side. A pass is clear
-    when every percentile SLO's interval lies at or below its bound (a mean or a fraction SLO is not
-    judged); a fail when some failed percentile's interval lies wholly above its bound. None where no
-    percentile decides it: no interval (a caller's probe; mean or fraction SLOs only), a fail for
-    rejecting requests, or a fail a mean or a fraction may settle (one of those failed, and no
-    percentile failed clearly)."""
+    SLOs' bounds outside the 95 % intervals of their statistics from the probe's requests (a percentile's
+    from order statistics, `kvsim.analysis.quantile_ci`; a goodput fraction's Wilson interval and a
+    mean's normal approximation, `kvsim.analysis.moment_ci`), on the verdict's side. A pass is clear
+    when every SLO with an interval has it wholly on its bound's passing side (an SLO without one, a
+    caller's probe's or `normalized_latency`, is not judged); a fail when some failed SLO's interval lies
+    wholly on the failing side. None where no interval decides it: none at all, a fail for rejecting
+    requests, or a fail an SLO without an interval may settle (one of those failed, and no SLO failed
+    clearly)."""
     if failed_by_rejection:
         return None
     if row.get("passed"):
@@ -119,6 +143,32 @@ def fmt_end(x: float, slo: SLO) -> str:
     return repr(x)
 
 
+def fmt_interval(span: tuple[float | None, float | None] | None, slo: SLO) -> str:
+    """An interval of `slo`'s statistic as the tables print it (`PlanResult.table`, `kvsim plan
+    --split`'s): `[A,B]`, `(-∞,B]` or `[A,∞)` for an end too few requests give, `-` without one."""
+    if span is None:
+        return "-"
+    low, high = span
+    return (
+        ("(-∞" if low is None else f"[{fmt_end(low, slo)}")
+        + ","
+        + ("∞)" if high is None else f"{fmt_end(high, slo)}]")
+    )
+
+
+def bound_vs_ci(result: PlanResult) -> str:
+    """The answer's place against its intervals in a word, as `kvsim plan --split`'s table gives it per
+    search: `outside` (`PlanResult.outside_ci` True), `INSIDE:ttft_p99` (False, naming the SLOs on
+    which a decisive probe's verdict rests on its sample), `-` (None: no interval decides it)."""
+    flag = result.outside_ci
+    if flag is None:
+        return "-"
+    if flag:
+        return "outside"
+    unsure = {s.metric: None for row in result._decisive_rows() for s in unsure_slos(row, result.slos)}
+    return f"INSIDE:{'+'.join(unsure)}"
+
+
 def practical_requests(result: PlanResult, row: Mapping[str, Any]) -> int:
     """The most requests `settling_requests` quotes as a number (`SETTLE_CAP`, and on the rate axis
     no more than the simulated clock holds at the probe's rate): past it the percentile sits too close
@@ -132,16 +182,20 @@ def practical_requests(result: PlanResult, row: Mapping[str, Any]) -> int:
 
 
 def settling_requests(result: PlanResult, row: Mapping[str, Any], slo: SLO) -> int | None:
-    """About how many requests would make `row`'s verdict on `slo` clear
-    (`quantile_ci.requests_to_settle`, over the percentile's sample, scaled to the probe's finished
-    requests where the sample is fewer: TPOT's)."""
+    """About how many requests would make `row`'s verdict on `slo` clear (a percentile's
+    `quantile_ci.requests_to_settle`, a mean's or a fraction's `moment_ci.settle_by_root_n`, over the
+    statistic's sample, scaled to the probe's finished requests where the sample is fewer: TPOT's)."""
+    from kvsim.analysis.moment_ci import settle_by_root_n
     from kvsim.analysis.quantile_ci import requests_to_settle
 
     n, p = row[f"{slo.metric}_n"], quantile_of(slo)
-    if not n or p is None:
+    if not n:
         return None
     low, high = interval(row, slo) or (None, None)
-    m = requests_to_settle(n, row[slo.metric], low, high, slo.bound, p=p)
+    if p is None:
+        m = settle_by_root_n(n, row[slo.metric], low, high, slo.bound)
+    else:
+        m = requests_to_settle(n, row[slo.metric], low, high, slo.bound, p=p)
     done = row.get("completed")
     if m is not None and isinstance(done, int) and done > n:
         m = math.ceil(m * done / n)
@@ -175,18 +229,19 @@ def told_apart(result: PlanResult) -> tuple[float | None, float | None]:
 
 def sample_caveat(result: PlanResult) -> str:
     """Which of the answer's decisive verdicts rest on their sample, an SLO's bound inside the 95 %
-    interval of its percentile; between which probes the sample tells the answer apart; and about how
+    interval of its statistic (a percentile, a goodput fraction or a mean); between which probes the sample tells the answer apart; and about how
     many requests would put the bounds outside the intervals, in a sentence (empty when `outside_ci`
     is not False)."""
     if result.outside_ci is not False:
         return ""
-    parts, needs, close = [], [], []
+    parts, needs, close, kinds = [], [], [], []
     n_shown = None
     for row in result._decisive_rows():
         for slo in unsure_slos(row, result.slos):
             low, high = interval(row, slo) or (None, None)
             at = _at(result, row[result.axis])
-            unit = f" {slo.unit}"
+            unit = "" if slo.unit == "fraction" else f" {slo.unit}"
+            kinds.append(kind_of(slo))
             if low is not None and high is not None:
                 span = f"95 % interval {fmt_end(low, slo)} to {fmt_end(high, slo)}{unit}"
             elif low is not None:
@@ -240,39 +295,59 @@ def sample_caveat(result: PlanResult) -> str:
     if not known and close and len(needs) == 0:
         need = too_close
     elif not known:
-        need = "no number of requests puts a bound outside an interval around a percentile equal to it"
+        need = "no number of requests puts a bound outside an interval around a statistic equal to it"
         if close:
             need += f"; {too_close}"
     else:
         need = (
             f"about {fmt_count(max(known), 'request')} or more would put "
             f"{'the bound' if one else 'the bounds'} outside {'it' if one else 'them'} (--requests; "
-            "estimated with each percentile staying where it is and its interval narrowing as 1/√n"
-            + (
-                ", but a percentile equal to its bound is settled by none)"
-                if len(known) < len(needs)
-                else ")"
-            )
+            f"estimated with each {'percentile' if set(kinds) == {'percentile'} else 'statistic'} staying where "
+            "it is and its interval narrowing as 1/√n"
+            + (", but a statistic equal to its bound is settled by none)" if len(known) < len(needs) else ")")
         )
         if close:
             need += f"; {too_close}"
+    if set(kinds) == {"percentile"}:
+        inside = (
+            f"inside the order statistics' distribution-free interval of {'its' if one else 'the'} percentile"
+        )
+        that, floor = "That interval takes", "it is"
+    else:
+        inside = (
+            "inside its statistic's 95 % interval ("
+            + "; ".join(_INTERVAL_OF[k] for k in ("percentile", "fraction", "mean") if k in kinds)
+            + ")"
+        )
+        that, floor = ("That interval takes", "it is") if one else ("Those intervals take", "they are")
     return (
         f"THE {'VERDICT RESTS' if one else 'VERDICTS REST'} ON THE SAMPLE: {'; '.join(parts)}: "
-        f"{'the bound lies' if one else 'each bound lies'} inside the order statistics' "
-        f"distribution-free interval of {'its' if one else 'the'} percentile, so another sample of as "
-        f"many requests could reverse {'this verdict' if one else 'these verdicts'}{apart}. That "
-        "interval takes the requests as independent draws, which requests sharing an engine are not "
-        "(near a knee a p99 spreads several times wider over workload seeds): it is a floor on the "
+        f"{'the bound lies' if one else 'each bound lies'} {inside}, so another sample of as "
+        f"many requests could reverse {'this verdict' if one else 'these verdicts'}{apart}. {that} "
+        "the requests as independent draws, which requests sharing an engine are not "
+        f"(near a knee a p99 spreads several times wider over workload seeds): {floor} a floor on the "
         f"uncertainty, and {need}"
     )
+
+
+_INTERVAL_OF = {
+    "percentile": "a percentile's from the order statistics, distribution-free",
+    "fraction": "a goodput fraction's Wilson score interval",
+    "mean": "a mean's normal approximation, mean ± 1.96 s/√n, approximate and too narrow under heavy tails",
+}
+"""How `sample_caveat` names each statistic's interval where the SLOs at stake are not all percentiles."""
 
 
 __all__ = [
     "SETTLE_CAP",
     "bound_outside_ci",
+    "bound_vs_ci",
     "check_judgeable",
     "fmt_end",
+    "fmt_interval",
+    "fraction_columns",
     "interval",
+    "kind_of",
     "practical_requests",
     "quantile_of",
     "sample_caveat",

@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.analysis.plan_sampling import fmt_end, interval, sample_caveat, unsure_slos
+from kvsim.analysis.plan_sampling import fmt_interval, interval, sample_caveat, unsure_slos
 from kvsim.analysis.steady_state import STEADY_SPANS, steady_requests
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
@@ -437,11 +437,11 @@ class PlanResult:
     @property
     def outside_ci(self) -> bool | None:
         """Whether the answer's decisive probes (the bracket's ends) gave verdicts whose bounds lie outside
-        the 95 % intervals of their percentiles (the probes' `outside_ci`, `bound_outside_ci`; DESIGN.md
+        the 95 % intervals of their statistics (the probes' `outside_ci`, `bound_outside_ci`; DESIGN.md
         §Capacity search, "Sampling"): False when some verdict rests on its sample, an SLO's bound inside
         the interval, so that another sample of as many requests could reverse it and move the answer;
-        None when no decisive probe's verdict is a percentile's (a caller's probe, mean or fraction SLOs)
-        or there is none. True is no proof of a settled answer: the interval takes the requests as
+        None when no decisive probe's verdict has an interval (a caller's probe, `normalized_latency`) or
+        there is none. True is no proof of a settled answer: the interval takes the requests as
         independent draws, and so is a floor on the uncertainty."""
         flags = [r.get("outside_ci") for r in self._decisive_rows()]
         if any(f is False for f in flags):
@@ -450,7 +450,7 @@ class PlanResult:
 
     def sample_caveat(self) -> str:
         """Which of the answer's decisive verdicts rest on their sample, an SLO's bound inside the 95 %
-        interval of its percentile; between which probes the sample tells the answer apart; and about how
+        interval of its statistic; between which probes the sample tells the answer apart; and about how
         many requests would put the bounds outside the intervals, in a sentence (empty when `outside_ci`
         is not False; `kvsim.analysis.plan_sampling.sample_caveat`)."""
         return sample_caveat(self)
@@ -646,7 +646,7 @@ class PlanResult:
         cols = ["round", self.axis, "passed", *[s.metric for s in self.slos]]
         if self.axis != "rate" and "rate" in self.probes.columns:
             cols.append("rate")
-        # (each percentile SLO's 95 % interval, from kvsim's probes)
+        # (each SLO's 95 % interval, from kvsim's probes: a percentile's, a mean's, a goodput fraction's)
         cis = [s for s in self.slos if f"{s.metric}_n" in self.probes.columns]
         at = cols.index("passed") + 1 + len(self.slos)
         ci_cols = {f"{s.metric} 95% CI": s for s in cis}
@@ -657,23 +657,14 @@ class PlanResult:
         if any(_steady(r) is False for r in self.probes.iter_rows(named=True)):
             cols.append("steady")  # (the probes that ran no steady state, and why; shown when any did)
         units = {s.metric: "" if s.unit == "fraction" else f" ({s.unit})" for s in self.slos}
-        units.update({c: f" ({s.unit})" for c, s in ci_cols.items()})
+        units.update({c: "" if s.unit == "fraction" else f" ({s.unit})" for c, s in ci_cols.items()})
         rows = [[c + units.get(c, "") for c in cols]]
         for r in self.probes.sort(self.axis).iter_rows(named=True):
             out = []
             for c in cols:
                 v = r.get(c)
                 if c in ci_cols:
-                    span = interval(r, ci_cols[c])
-                    if span is None:
-                        out.append("-")
-                    else:
-                        low, high = span
-                        out.append(
-                            ("(-∞" if low is None else f"[{fmt_end(low, ci_cols[c])}")
-                            + ","
-                            + ("∞)" if high is None else f"{fmt_end(high, ci_cols[c])}]")
-                        )
+                    out.append(fmt_interval(interval(r, ci_cols[c]), ci_cols[c]))
                 elif c == "bound vs CI":
                     flag = r.get("outside_ci")
                     unsure = "+".join(s.metric for s in unsure_slos(r, self.slos))

@@ -1,5 +1,6 @@
 """A capacity search's figure (`kvsim plan --plot`, DESIGN.md §Capacity search): per SLO its metric
-against the searched axis, passing and failing probes, the bound and the answer (`draw_plan`,
+against the searched axis, passing and failing probes with their 95 % intervals, the bound and the
+answer (`draw_plan`,
 `plan_figure`), titled with the answer and its bracket (`plan_finding`). `kvsim.analysis.plots`
 re-exports these names.
 """
@@ -32,7 +33,12 @@ def plan_finding(result: Any) -> str:
 
 def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
     """One SLO metric of a capacity search against its axis: passing probes as filled dots, failing ones
-    as crosses, the bound as a dashed line, the answer as a vertical line (the knee of a rate search)."""
+    as crosses, each probe's 95 % interval of the metric as a vertical bar where kvsim's probes give one
+    (`plan_sampling.interval`: a percentile's, a mean's, a goodput fraction's; DESIGN.md §Capacity search,
+    "Sampling"), an end too few requests give drawn as an open triangle past the estimate, the bound as a
+    dashed line, the answer as a vertical line (the knee of a rate search)."""
+    from kvsim.analysis.plan_sampling import interval
+
     probes = result.probes.sort(result.axis)
     title = f"capacity search: {slo.metric} against {result.axis}"
     if probes.height == 0:
@@ -47,6 +53,7 @@ def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
     ax.scatter([x for x, p in zip(xs, ok, strict=True) if not p],
                [y for y, p in zip(ys, ok, strict=True) if not p],
                color="#c92a2a", marker="x", zorder=3, label="probe fails (some SLO)")  # fmt: skip
+    _draw_intervals(ax, probes, result.axis, slo, interval)
     ax.axhline(slo.bound, color="black", ls="--", lw=1, label=f"SLO: {slo.label()}")
     if result.value is not None:
         label = "knee" if result.axis == "rate" else "answer"
@@ -67,6 +74,26 @@ def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
     ax.set_xlabel(_wrap(f"{xlabel}\n{result.setup}", _chars(ax)) if result.setup else xlabel)
     _title(ax, title, plan_finding(result))
     ax.legend(loc="best", fontsize="small")
+
+
+def _draw_intervals(ax: Axes, probes: Any, axis: str, slo: Any, interval: Any) -> None:
+    """Each probe's 95 % interval as a bar from its low end to its high one (`draw_plan`); where an end
+    is missing (too few requests: the p99 of fewer than 368), the bar stops at the estimate and a hollow
+    triangle there points the way it stays open. One legend entry for the bars, one for the open ends."""
+    bars, opens = False, False
+    for r in probes.iter_rows(named=True):
+        y, span = r.get(slo.metric), interval(r, slo)
+        if span is None or y is None:
+            continue
+        low, high = span
+        ax.vlines(r[axis], y if low is None else low, y if high is None else high, color="#495057", lw=1.2,
+                  alpha=0.8, zorder=2, label="_nolegend_" if bars else "95 % interval")  # fmt: skip
+        bars = True
+        for end, marker in ((high, "^"), (low, "v")):
+            if end is None:
+                ax.scatter([r[axis]], [y], marker=marker, s=60, facecolors="none", edgecolors="#495057",
+                           zorder=2, label="_nolegend_" if opens else "interval open (too few requests)")  # fmt: skip
+                opens = True
 
 
 def plan_figure(result: Any) -> Figure:

@@ -1,13 +1,16 @@
 """The steady-state rule (DESIGN.md §Capacity search, "Steady state"; §Run, the notes): whether a run was
 overloaded (`queue_growth`: its queue grew through the run) or too short to reach a steady state
 (`too_short`: its arrivals lasted less than `STEADY_SPANS` times its requests' e2e p99), the requests one
-needs (`steady_requests`), and `kvsim run`'s note on a run too short (`too_short_note`). Read by
-`kvsim run`'s notes (`kvsim.analysis.run_report`), capacity search's probes
-(`kvsim.analysis.plan.probe_summary`) and its answer's caveat (`PlanResult.steady_caveat`)."""
+needs (`steady_requests`), `kvsim run`'s note on a run too short (`too_short_note`) and `kvsim sweep`'s on
+its points too short (`sweep_too_short_note`, from the rows' `arrival_span_s`). Read by `kvsim run`'s notes
+(`kvsim.analysis.run_report`), capacity search's probes (`kvsim.analysis.plan.probe_summary`) and its
+answer's caveat (`PlanResult.steady_caveat`), and `kvsim sweep` (`kvsim.analysis.sweep.run_point`,
+`kvsim.cli.cmd_sweep`)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from kvsim.model.units import fmt_count
@@ -57,6 +60,13 @@ STEADY_SPANS = 5.0
 state (`too_short`; DESIGN.md §Capacity search, "Steady state")."""
 
 
+def short_of_steady(span: float, e2e: float) -> bool:
+    """The rule itself: arrivals over `span` seconds are too short for a steady state when they lasted
+    less than `STEADY_SPANS` times the requests' e2e p99 `e2e` (`too_short`, and a sweep row's
+    `arrival_span_s` against its `e2e_s_p99`, `sweep_too_short_note`)."""
+    return span < STEADY_SPANS * e2e
+
+
 def steady_requests(e2e: float, rate: float) -> int:
     """The requests a steady state needs at `rate` req/s: arrivals over `STEADY_SPANS` times the e2e p99
     `e2e` (a floor: the e2e p99 grows as a longer run fills the engine)."""
@@ -90,7 +100,7 @@ def too_short(result: Any) -> tuple[float, float, float] | None:
     if w is None:
         return None
     n, span, e2e = w
-    if span >= STEADY_SPANS * e2e:
+    if not short_of_steady(span, e2e):
         return None
     return span, e2e, (n - 1) / span if span > 0 else math.inf
 
@@ -144,11 +154,79 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[f
     )
 
 
+def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: int = 8) -> str | None:
+    """`kvsim sweep`'s note, once for the sweep, on its points too short to reach a steady state
+    (`short_of_steady` on each row's `arrival_span_s` and `e2e_s_p99`; a point, its parameters whatever the
+    seed, is too short when one of its seeds' runs is): names them by `axes`, the columns the
+    sweep's table tells its points apart by (`kvsim.cli.point_axes`; default: the parameters that vary; the
+    first `shown`, then how many more), with how long their arrivals lasted against their e2e p99, why that is
+    no steady state, and the most requests one of them needs (the rows' `steady_requests`, kvsim run's
+    count, `kvsim.analysis.sweep.steady_columns`; past `plan_sampling.SETTLE_CAP` given as more than that;
+    left out where no rate can be told). None when no row is too short, or rows lack the columns (a
+    sweep file written before they were kept)."""
+    import polars as pl
+
+    from kvsim.analysis.plan_sampling import SETTLE_CAP
+    from kvsim.analysis.sweep_stats import parameter_columns
+
+    need = {"arrival_span_s", "e2e_s_p99"}
+    if frame.height == 0 or not need <= set(frame.columns):
+        return None
+    rows = frame.filter(pl.col("arrival_span_s").is_not_null() & pl.col("e2e_s_p99").is_not_null())
+    short = [r for r in rows.iter_rows(named=True) if short_of_steady(r["arrival_span_s"], r["e2e_s_p99"])]
+    if not short:
+        return None
+    params = parameter_columns(frame)  # (a point: its parameters, whatever the seed)
+    axes = [c for c in params if frame[c].n_unique() > 1] if axes is None else list(axes)
+    points: dict[Any, dict[str, Any]] = {}
+    for r in short:  # (per point, its seed whose arrivals lasted the fewest e2e p99s)
+        key = tuple(r[c] for c in params)
+        spans = r["arrival_span_s"] / r["e2e_s_p99"] if r["e2e_s_p99"] > 0 else math.inf
+        if key not in points or spans < points[key]["spans"]:
+            points[key] = {**r, "spans": spans}
+    labels = []
+    for r in points.values():
+        name = " ".join(f"{c}={r[c]}" for c in axes) or "the sweep's point"
+        if r["arrival_span_s"] <= 0:
+            labels.append(f"{name} (arrived at once: a batch, not a rate)")
+        else:
+            labels.append(f"{name} (arrivals over {r['spans']:.2g} times its e2e p99)")
+    more = f"; and {len(labels) - shown} more" if len(labels) > shown else ""
+    one = len(points) == 1
+    whose = "that point's" if one else "those points'"
+    # (over every short row, not only each point's shortest seed: the one needing most decides)
+    needs = [r["steady_requests"] for r in short if r.get("steady_requests") is not None]
+    count = ""
+    if needs:
+        most = max(needs)
+        count = (
+            f": more than {fmt_count(SETTLE_CAP, 'request')} for some, more than kvsim usefully runs"
+            if most > SETTLE_CAP
+            else f": about {fmt_count(most, 'request')} or more (--requests)"
+            + ("" if one else " to cover them all")
+        )
+    total = frame.select(params).unique().height if params else 1
+    seeds = (
+        " (in one seed's run at least)" if "seed" in frame.columns and frame["seed"].n_unique() > 1 else ""
+    )
+    return (
+        f"not a steady state at {len(points):,} of the sweep's {fmt_count(total, 'point')}: "
+        f"{'; '.join(labels[:shown])}{more}: {'its' if one else 'their'} finished requests arrived over "
+        f"less than {STEADY_SPANS:g} times their e2e p99{seeds}, kvsim run's rule, and a run starts empty: "
+        "until its arrivals have lasted about its requests' longest latencies the engine holds fewer of "
+        f"them than the rate keeps in it, so {whose} latencies, batch "
+        f"and memory were measured on a lighter engine than {'its' if one else 'their'} rate keeps in a "
+        f"steady state; one needs arrivals over {STEADY_SPANS:g} times the e2e p99{count}"
+    )
+
+
 __all__ = [
     "MIN_RATE_ARRIVALS",
     "STEADY_SPANS",
     "queue_growth",
+    "short_of_steady",
     "steady_requests",
+    "sweep_too_short_note",
     "too_short",
     "too_short_note",
     "warmup",

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import time
 import tomllib
@@ -236,7 +237,8 @@ def is_fleet_point(point: Point, config: SimConfig) -> bool:
 
 def run_point(point: Point) -> dict[str, Any]:
     """Runs one point and returns its row: parameters, summary metrics (with the goodput columns of its
-    SLOs, `kvsim.engine.metrics.goodput_columns`, as `simulate(..., goodput=)` gives them), wall time.
+    SLOs, `kvsim.engine.metrics.goodput_columns`, as `simulate(..., goodput=)` gives them), the span of
+    its finished requests' arrivals and the requests a steady state needs (`steady_columns`), wall time.
 
     The workload is built once per process and reused by the points that share it (threads wait for
     the one building it), so `workload_s` is 0 on a cache hit.
@@ -269,10 +271,30 @@ def run_point(point: Point) -> dict[str, Any]:
 
         row[SLO_COLUMN] = goodput_label(point.goodput)
     row.update(result.summary)
+    row.update(steady_columns(result, workload))
     row["wall_s"] = wall
     row["workload_s"] = workload_s
     row["kvsim_version"] = kvsim.__version__
     return row
+
+
+def steady_columns(result: Any, workload: Any) -> dict[str, Any]:
+    """A row's `arrival_span_s`, the span of its finished requests' arrivals in seconds, which `kvsim
+    sweep`'s note holds against the row's `e2e_s_p99` (`kvsim.analysis.steady_state.sweep_too_short_note`,
+    kvsim run's rule), and `steady_requests`, the requests a steady state needs at the run's rate as
+    `kvsim run`'s note counts them (`steady_state.steady_requests` at `run_report.note_rate`'s rate: the
+    workload's own, else the observed one); None where fewer than 2 requests finished, arrivals came at
+    once, or no rate can be told."""
+    from kvsim.analysis.run_report import note_rate
+    from kvsim.analysis.steady_state import steady_requests, warmup
+
+    w = warmup(result)
+    if w is None:
+        return {"arrival_span_s": None, "steady_requests": None}
+    finished, span, e2e = w
+    rate = note_rate(workload, finished, (finished - 1) / span if span > 0 else math.inf)
+    need = None if rate is None or span <= 0 else steady_requests(e2e, rate[0])
+    return {"arrival_span_s": span, "steady_requests": need}
 
 
 def _plain(v: Any) -> Any:

@@ -385,7 +385,7 @@ def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
     """The metric columns a sweep's rows will have: the summaries of two-request runs of the sweep's
     points (its valid ones with `skip_invalid`; with their SLOs' goodput columns), one of each kind of
     run whose summary has its own columns (a CPU tier's, a fleet's, a P/D split's, a model's KV-cache
-    groups), in the order they first appear, plus the wall times. A metric some rows lack (a tier's where
+    groups), in the order they first appear, plus the steady-state columns and the wall times. A metric some rows lack (a tier's where
     the grid also runs without one) is null there."""
     from kvsim.analysis.sweep import simulate_point
 
@@ -401,7 +401,7 @@ def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
         summary = simulate_point(point, workload, cfg, False).summary  # a fleet's too
         # (a None is a metric with no value in the probe: a mean over no load)
         known |= dict.fromkeys(k for k, v in summary.items() if v is None or isinstance(v, int | float))
-    return [*known, "wall_s", "workload_s"]
+    return [*known, "arrival_span_s", "steady_requests", "wall_s", "workload_s"]
 
 
 PAST_BOUNDS = "(past 0..1)"
@@ -472,16 +472,23 @@ def ci_legend(table: Any) -> list[str]:
     return lines
 
 
+def point_axes(frame: Any, spec: SweepSpec) -> list[str]:
+    """The columns that tell a sweep's points apart as its table and notes name them: the grid's names
+    and, if several (or no grid), the workload, and the derived axes that vary."""
+    axes = [c for c in spec.grid if c in frame.columns]
+    if frame["workload"].n_unique() > 1 or not axes:
+        axes = ["workload", *axes]
+    axes += [c for c in DERIVED_AXES if c in frame.columns and c not in axes and frame[c].n_unique() > 1]
+    return axes
+
+
 def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
     """The rows aggregated across seeds, in grid order, with the parameters that vary as the axes (the
     grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show`."""
     import polars as pl
 
     agg = aggregate(frame, metrics=show)
-    axes = [c for c in spec.grid if c in agg.columns]
-    if agg["workload"].n_unique() > 1 or not axes:
-        axes = ["workload", *axes]
-    axes += [c for c in DERIVED_AXES if c in agg.columns and c not in axes and agg[c].n_unique() > 1]
+    axes = point_axes(agg, spec)
     cols = [pl.col(c) for c in axes] + [pl.col("n_seeds")]
     for m in show:
         mean = pl.col(f"{m}_mean").round_sig_figs(4)
@@ -572,6 +579,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         note = rejected_note(outcome.frame)
         if note is not None:
             print(f"note: {note}")
+    if outcome.frame.height:
+        from kvsim.analysis.steady_state import sweep_too_short_note
+
+        short = sweep_too_short_note(outcome.frame, point_axes(outcome.frame, spec))
+        if short is not None:  # (kvsim run's steady-state rule, once for the sweep)
+            print(f"note: {short}")
     for line in sizing:
         print(f"note: {line}")
     return 0

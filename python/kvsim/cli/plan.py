@@ -554,6 +554,7 @@ def _split(
 ) -> int:
     """`kvsim plan --split`: `best_split`, printed as one table of its searches and the two fleets."""
     from kvsim.analysis.plan_pd import best_split
+    from kvsim.analysis.plan_sampling import fmt_interval
 
     # The disaggregated fleet's knobs are the config's (--pd-threshold, --pd-link-bandwidth, ...).
     try:
@@ -575,21 +576,47 @@ def _split(
     )
     print(config.pool.line())
     print(config.time_line())
+    # (each SLO's 95 % interval at the answer, as the rate search's table gives each probe's)
+    table = result.table()
+    cis = [s for s in result.slos if f"{s.metric}_ci_low" in table.columns]
+    units = {s.metric: "" if s.unit == "fraction" else f" ({s.unit})" for s in cis}
+    inside = "bound_vs_ci" in table.columns and any(
+        (v or "").startswith("INSIDE") for v in table["bound_vs_ci"]
+    )
     print(
         f"fleets: replicas of {fmt_count(result.gpus_per_replica, 'GPU')} each, router {config.router}, at most "
         f"{result.max_gpus} GPUs; P=<p>: the fewest decode replicas with p prefill replicas, searched up to "
         "'most' (the GPUs left, the fewest found at a smaller P, and only splits cheaper than the best so "
         "far: above-cap there means no cheaper split at that P); req/s per GPU: the target rate over the GPUs"
+        + ("; 95% CI: each SLO's interval at the answer's probe" if cis else "")
+        + (
+            "; bound vs CI: whether a bound lies inside the interval at the answer or at the failing probe next "
+            'to it (THE VERDICTS REST ON THE SAMPLE below; DESIGN.md §Capacity search, "Sampling")'
+            if inside
+            else ""
+        )
     )
     print()
-    rows = [["fleet", "prefill", "decode", "most", "GPUs", "req/s per GPU", "status", "probes", "monotone"]]
-    for r in result.table().iter_rows(named=True):
+    rows = [["fleet", "prefill", "decode", "most", "GPUs", "req/s per GPU",
+             *[f"{s.metric} 95% CI{units[s.metric]}" for s in cis], "status", "probes", "monotone",
+             *(["bound vs CI"] if inside else [])]]  # fmt: skip
+    for r in table.iter_rows(named=True):
+        spans = [
+            fmt_interval(
+                None
+                if r["decode"] is None or r["bound_vs_ci"] is None
+                else (r[f"{s.metric}_ci_low"], r[f"{s.metric}_ci_high"]),
+                s,
+            )
+            for s in cis
+        ]
         rows.append(
             [r["fleet"], str(r["prefill"]), "-" if r["decode"] is None else str(r["decode"]),
              "-" if r["max_decode"] is None else str(r["max_decode"]),
              "-" if r["gpus"] is None else str(r["gpus"]),
-             "-" if r["goodput_per_gpu"] is None else f"{r['goodput_per_gpu']:.4g}",
-             r["status"], str(r["probes"]), "yes" if r["monotone"] else "NO"]
+             "-" if r["goodput_per_gpu"] is None else f"{r['goodput_per_gpu']:.4g}", *spans,
+             r["status"], str(r["probes"]), "yes" if r["monotone"] else "NO",
+             *([r["bound_vs_ci"] or "-"] if inside else [])]
         )  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]

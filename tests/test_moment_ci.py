@@ -1,0 +1,201 @@
+"""How far a goodput fraction or a mean from n requests can be trusted (DESIGN.md §Capacity search,
+"Sampling"): the Wilson score interval of a fraction and the normal approximation's interval of a mean
+(`kvsim.analysis.moment_ci`), and `kvsim plan` judging a goodput or a mean SLO's verdict against them as
+it judges a percentile's (the caveat when the bound lies inside the interval)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import kvsim
+from kvsim.analysis.moment_ci import mean_interval, settle_by_root_n, wilson_interval
+from kvsim.analysis.plan import workload_rate
+from kvsim.analysis.plan_sampling import bound_outside_ci, unsure_slos
+from kvsim.analysis.plan_search import SLO
+from kvsim.cli import main
+from kvsim.errors import InvalidArgumentError
+
+Z = 1.959963984540054
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "low", "high"),
+    [(81, 263, 0.2553, 0.3662), (15, 148, 0.0624, 0.1605), (0, 20, 0.0, 0.1611), (1, 29, 0.0061, 0.1718)],
+)
+def test_wilson_matches_the_published_intervals(k, n, low, high):
+    """Newcombe ("Two-sided confidence intervals for the single proportion", Statistics in Medicine 17,
+    1998, Table II, method 3, the Wilson score interval without continuity correction), the examples
+    Brown, Cai & DasGupta's comparison follows; and 0/20 by hand: the upper end z² / (n + z²)."""
+    lo, hi = wilson_interval(k / n, n)
+    assert lo == pytest.approx(low, abs=5e-5)
+    assert hi == pytest.approx(high, abs=5e-5)
+    if k == 0:
+        assert hi == pytest.approx(Z**2 / (n + Z**2), rel=1e-12)
+
+
+@given(st.integers(1, 10**6), st.data())
+def test_wilson_holds_the_estimate_and_its_ends_solve_the_score_test(n, data):
+    """The interval lies in [0, 1] and holds p̂ = k/n; each end strictly inside (0, 1) is a root of the
+    score test's equality (p̂ − π)² = z² π (1 − π) / n, Wilson's definition; at p̂ = 1 the upper end is 1
+    and the lower n / (n + z²)."""
+    k = data.draw(st.integers(0, n))
+    p = k / n
+    lo, hi = wilson_interval(p, n)
+    assert 0 <= lo <= p <= hi <= 1
+    for end in (lo, hi):
+        if 0 < end < 1:
+            assert (p - end) ** 2 == pytest.approx(Z**2 * end * (1 - end) / n, rel=1e-6, abs=1e-15)
+    if k == n:
+        assert hi == 1.0
+        assert lo == pytest.approx(n / (n + Z**2), rel=1e-12)
+
+
+@given(st.integers(1, 10**5), st.fractions(0, 1))
+def test_wilson_narrows_as_the_requests_grow(n, frac):
+    """The same share of four times the requests: a narrower interval, about half as wide for large n."""
+    p = float(frac)
+    lo1, hi1 = wilson_interval(p, n)
+    lo4, hi4 = wilson_interval(p, 4 * n)
+    assert hi4 - lo4 < hi1 - lo1
+    if n >= 10_000 and 0.1 <= p <= 0.9:
+        assert (hi4 - lo4) / (hi1 - lo1) == pytest.approx(0.5, abs=0.01)
+
+
+def test_wilson_covers_the_fraction_about_as_often_as_it_says():
+    """Of 2,000 samples of 500 requests each meeting the bound with probability 0.95, about 95 % of the
+    intervals hold 0.95 (Wilson's coverage is near the level, not at least it: within 2 points here)."""
+    rng = np.random.default_rng(0)
+    hits = sum(
+        lo <= 0.95 <= hi for lo, hi in (wilson_interval(k / 500, 500) for k in rng.binomial(500, 0.95, 2000))
+    )
+    assert abs(hits / 2000 - 0.95) < 0.02
+
+
+@pytest.mark.parametrize(
+    ("fraction", "n", "word"),
+    [(0.5, 0, "n 0"), (1.5, 10, "fraction 1.5"), (-0.1, 10, "fraction -0.1"), (math.nan, 10, "fraction nan"),
+     (True, 10, "fraction True"), ("0.9", 10, "fraction '0.9'"), (0.5, -1, "n -1"), (0.5, 2.5, "n 2.5")],
+)  # fmt: skip
+def test_a_bad_fraction_or_count_is_refused_by_name(fraction, n, word):
+    with pytest.raises(InvalidArgumentError, match=word):
+        wilson_interval(fraction, n)
+    with pytest.raises(InvalidArgumentError, match="level"):
+        wilson_interval(0.5, 10, level=1.0)
+
+
+def test_the_mean_interval_is_the_normal_approximation():
+    """x̄ ± z s/√n (s with n − 1), its lower end no lower than the smallest value; none from one value;
+    NaN refused by name."""
+    v = np.array([0.1, 0.1, 0.1, 0.1, 0.1, 5.0])
+    lo, hi = mean_interval(v)
+    half = Z * v.std(ddof=1) / math.sqrt(len(v))
+    assert hi == pytest.approx(v.mean() + half)
+    assert lo == pytest.approx(max(v.mean() - half, v.min()))
+    assert lo == 0.1  # (the normal approximation would go below the smallest latency)
+    many = np.random.default_rng(1).exponential(1.0, 10_000)
+    lo, hi = mean_interval(many)
+    assert hi - lo == pytest.approx(2 * Z * many.std(ddof=1) / 100)
+    assert mean_interval(np.array([1.0])) == (None, None)
+    with pytest.raises(InvalidArgumentError, match="NaN"):
+        mean_interval(np.array([1.0, math.nan]))
+
+
+def test_settle_by_root_n_narrows_as_one_over_root_n():
+    """A half-width of 0.02 towards a bound 0.005 away: 16 times the requests; none at the bound."""
+    assert settle_by_root_n(1000, 0.905, 0.885, 0.925, 0.9) == 16000
+    assert settle_by_root_n(1000, 0.9, 0.88, 0.92, 0.9) is None
+    with pytest.raises(InvalidArgumentError, match="bound nan"):
+        settle_by_root_n(1000, 0.9, 0.88, 0.92, math.nan)
+
+
+def _row(passed: bool, frac: float, n: int, **more) -> dict:
+    low, high = wilson_interval(frac, n)
+    return {"passed": passed, "goodput_fraction": frac, "goodput_fraction_ci_low": low,
+            "goodput_fraction_ci_high": high, "goodput_fraction_n": n, **more}  # fmt: skip
+
+
+def test_a_goodput_verdict_is_clear_when_the_bound_is_outside_its_interval():
+    """A lower bound: a pass is clear when the whole interval is at or above it, a fail when the whole
+    interval is below it; 0.91 of 1,000 against 0.9 is not clear (its interval reaches 0.89), of 100,000
+    it is."""
+    g = SLO("goodput_fraction", 0.9)
+    assert bound_outside_ci(_row(True, 0.91, 1000), [g]) is False
+    assert unsure_slos(_row(True, 0.91, 1000, outside_ci=False), [g]) == [g]
+    assert bound_outside_ci(_row(True, 0.91, 100_000), [g]) is True
+    assert bound_outside_ci(_row(False, 0.89, 1000), [g]) is False
+    assert bound_outside_ci(_row(False, 0.89, 100_000), [g]) is True
+    assert bound_outside_ci(_row(True, 1.0, 1000), [SLO("goodput_fraction", 1.0)]) is False  # (never sure)
+
+
+def _goodput_probe(workload, config, *, knee: float, n: int) -> dict:
+    """A share meeting the per-request SLOs falling from 1 at no load to 0.9 at `knee` req/s, over n."""
+    frac = max(1.0 - 0.1 * workload_rate(workload) / knee, 0.0)
+    return {"slo_attainment": frac, "num_requests": n, "completed": n, "rejected": 0}
+
+
+def _plan(n: int) -> kvsim.analysis.plan_search.PlanResult:
+    w = kvsim.workloads.synthetic(60, arrival_rate=2.0, seed=0, lengths="sharegpt-paper", max_model_len=2048)
+    return kvsim.plan(w, kvsim.SimConfig(num_blocks=64), {"goodput_fraction": 0.9}, goodput={"ttft": 500},
+                      workers=2, probe=functools.partial(_goodput_probe, knee=5.0, n=n))  # fmt: skip
+
+
+def test_a_goodput_answer_near_its_bound_gets_the_caveat_and_a_clear_one_does_not():
+    """Within the search's 2 % of the knee the share is within 0.002 of 0.9: from 1,000 requests (a Wilson
+    half-width near 0.019) the decisive verdicts rest on the sample and the message says so with the
+    intervals and the table marks them; from 10^9 (half-width near 2e-5) both ends are clear."""
+    near = _plan(1000)
+    assert near.outside_ci is False
+    assert "THE VERDICTS REST ON THE SAMPLE" in near.message
+    assert "goodput_fraction >= 0.9 with 0.9" in near.message
+    assert "Wilson score interval" in near.message
+    assert "order statistics" not in near.message  # (no percentile at stake)
+    assert "goodput_fraction 95% CI" in near.table()
+    assert "INSIDE:goodput_fraction" in near.table()
+    far = _plan(10**9)
+    assert far.outside_ci is True
+    assert "SAMPLE" not in far.message
+    assert far.value == pytest.approx(near.value)
+
+
+def test_plan_gives_goodput_and_mean_slos_intervals_from_its_requests(capsys):
+    """`kvsim plan` on kvsim's own probes: each probe's goodput fraction has the Wilson interval of its
+    share of the requests, its TTFT mean the normal approximation's; both columns are in the table."""
+    args = ["plan", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "12GiB",
+            "--workload", "sharegpt", "--requests", "300", "--slo", "goodput_fraction:0.9", "--slo",
+            "ttft_mean:500ms", "--goodput", "ttft:2000", "tpot:100", "--workers", "2"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for row in out["probes"]:
+        assert row["goodput_fraction_n"] == 300
+        low, high = wilson_interval(row["goodput_fraction"], 300)
+        assert (row["goodput_fraction_ci_low"], row["goodput_fraction_ci_high"]) == pytest.approx((low, high))
+        assert row["ttft_mean_ci_low"] <= row["ttft_mean"] <= row["ttft_mean_ci_high"]
+        assert row["ttft_mean_n"] == row["completed"]
+    assert main(args) == 0
+    (header,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("round")]
+    assert "goodput_fraction 95% CI " in header
+    assert "ttft_mean 95% CI (s)" in header
+
+
+def test_a_probe_gives_each_latency_means_interval_over_the_values_of_its_mean():
+    """`probe_summary`'s `mean_ci` is `mean_interval` of the values the summary's mean is taken over
+    (`latency_values`), so it always holds the mean printed beside it."""
+    from kvsim.analysis.plan import at_rate, probe_summary
+    from kvsim.engine.simulate import latency_values
+    from kvsim.workloads.registry import make_workload, parse_workload
+
+    cfg = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes=12 * 2**30)
+    r = kvsim.simulate(at_rate(make_workload(*parse_workload("sharegpt"), 500, 0), 3.3), cfg)
+    s, values = probe_summary(r), latency_values(r.requests)
+    for name in ("ttft_s", "tpot_s", "e2e_s", "queueing_s"):
+        assert s[f"{name}_mean"] == pytest.approx(values[name].mean())
+        assert s["mean_ci"][f"{name}_mean"] == list(mean_interval(values[name]))
+        low, high = s["mean_ci"][f"{name}_mean"]
+        assert low <= s[f"{name}_mean"] <= high
