@@ -24,7 +24,7 @@ import kvsim
 from bench.memory_phases import libc, rss
 from bench.test_bench_cluster import CONFIG, RATE_PER_REPLICA, REPLICAS
 from bench.test_bench_pd import LINK_PS_PER_BLOCK, PREFILL
-from kvsim.engine import cluster, rust_engine
+from kvsim.engine import cluster, cluster_pd, rust_engine
 from kvsim.engine.engine_input import prepare
 from kvsim.workloads import synthetic
 
@@ -56,7 +56,7 @@ def main() -> None:
     if engine:
         configs, _ = cluster._configs(CONFIG, kwargs.pop("replicas"), router, kwargs)
         spec = cluster.router_spec(configs[0])
-        pd = cluster._pd_spec(configs, spec)
+        pd = cluster_pd._pd_spec(configs, spec)
         inp = prepare(w, configs[0])
         what, above = "run_cluster", "the prepared input"
     else:

@@ -340,7 +340,7 @@ def test_a_prefill_pool_of_another_kv_dtype_says_where_each_came_from():
         model="glm-5", gpu="b200", tensor_parallel_size=8, quantization="fp8", replicas=2, prefill_replicas=1
     )
     prefill = decode.replace(gpu="mi300x", replicas=1, prefill_replicas=0)
-    from kvsim.engine.cluster import _pd_spec
+    from kvsim.engine.cluster_pd import _pd_spec
 
     with pytest.raises(
         InvalidArgumentError, match=r"bf16 \(auto: the model's\) differs from .* fp8 \(auto: vLLM"
@@ -383,7 +383,7 @@ def test_fp8_on_a_gpu_without_its_arch_asks_for_the_arch():
 
 def test_fp8_spellings_are_one_layout_across_pools():
     """vLLM's fp8 is e4m3: a prefill pool of fp8_e4m3 beside decode replicas of fp8 is one layout."""
-    from kvsim.engine.cluster import _kv_cache_dtype
+    from kvsim.engine.cluster_pd import _kv_cache_dtype
 
     a = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_dtype="fp8")
     b = a.replace(kv_cache_dtype="fp8_e4m3")

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from kvsim.engine.cluster import _pd_spec, router_spec
+from kvsim.engine.cluster import router_spec
+from kvsim.engine.cluster_pd import _pd_spec
 from kvsim.engine.engine_input import prepare
 from kvsim.errors import InvalidArgumentError
 from kvsim.lab import pd

@@ -771,14 +771,14 @@ def test_the_pd_links_default_is_the_gpus_nic():
     """Unset, a decode replica's inbound link is its GPU's NIC, the figure a collective past a host crosses
     too: B300's 800 Gb/s ConnectX-8 (100 GB/s each way) where an H200's is 400 Gb/s (50 GB/s), and 50 GB/s
     without a GPU; given, it wins. A B300 fleet's transfers wait less than at 50 GB/s."""
-    from kvsim.engine.cluster import pd_link_bandwidth
+    from kvsim.engine.cluster_pd import pd_link_bandwidth
 
     b300 = kvsim.SimConfig(model="llama-3.1-8b", gpu="b300")
     assert pd_link_bandwidth(b300) == 100e9
     assert pd_link_bandwidth(kvsim.SimConfig(model="llama-3.1-8b", gpu="h200")) == 50e9
     assert pd_link_bandwidth(kvsim.SimConfig(num_blocks=100)) == 50e9
     assert pd_link_bandwidth(b300.replace(pd_link_bandwidth=25e9)) == 25e9
-    from kvsim.engine.cluster import _pd_block_bytes
+    from kvsim.engine.cluster_pd import _pd_block_bytes
 
     block = _pd_block_bytes(b300)
     assert block == 16 * b300.pool.kv_bytes_per_token

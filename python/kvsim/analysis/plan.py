@@ -192,6 +192,36 @@ def cluster_probe(
     return probe_summary(simulate_cluster(workload, config, router=router, goodput=goodput, backend=backend))
 
 
+def pd_probe(
+    workload: Any,
+    config: Any,
+    *,
+    prefill_replicas: int = 0,
+    pd_threshold_tokens: int | None = None,
+    pd_link_bandwidth: float | None = None,
+    pd_link_latency_s: float | None = None,
+    goodput: Any = None,
+    backend: str = "rust",
+) -> dict[str, Any]:
+    """A fleet's probe: `kvsim.simulate_cluster(workload, config, prefill_replicas=P, ...).summary`
+    (`config.replicas` decode replicas; P = 0: the aggregated fleet of `config.replicas` replicas), with
+    `overloaded` and `steady` (`probe_summary`). `kvsim.analysis.plan_pd`'s searches' probe, here beside
+    the other probes so that `_aside` knows it without importing `plan_pd`."""
+    from kvsim.engine.cluster import simulate_cluster
+
+    knobs: dict[str, Any] = {
+        "pd_threshold_tokens": pd_threshold_tokens,
+        "pd_link_bandwidth": pd_link_bandwidth,
+        "pd_link_latency_s": pd_link_latency_s,
+    }
+    given: dict[str, Any] = {k: v for k, v in knobs.items() if v is not None}  # None: the config's own
+    return probe_summary(
+        simulate_cluster(
+            workload, config, prefill_replicas=prefill_replicas, goodput=goodput, backend=backend, **given
+        )
+    )
+
+
 def default_probe(config: Any) -> Callable[..., dict[str, Any]]:
     """`cluster_probe` for a config of several replicas (its `replicas` knob) or a list of replica configs
     (a heterogeneous fleet), else `simulate_probe`."""
@@ -273,10 +303,8 @@ def unservable(workload: Any, config: Any) -> dict[int, int]:
 
 def _aside(workload: Any, config: Any, probe: Any) -> dict[int, int]:
     """`unservable` for a search probed by `probe` (None: the default one): kvsim's own probes
-    (`simulate_probe`, `cluster_probe`, `plan_pd.pd_probe`, as partials) only; another probe may not run
-    the engine's rules, so it sets nothing aside."""
-    from kvsim.analysis.plan_pd import pd_probe
-
+    (`simulate_probe`, `cluster_probe`, `pd_probe`, as partials) only; another probe may not run the
+    engine's rules, so it sets nothing aside."""
     func = None if probe is None else getattr(probe, "func", probe)
     if func is None or func in (simulate_probe, cluster_probe):
         return unservable(workload, config)
@@ -611,6 +639,7 @@ __all__ = [
     "cluster_probe",
     "default_probe",
     "parse_slos",
+    "pd_probe",
     "plan",
     "probe_summary",
     "set_knob",

@@ -5,7 +5,7 @@ the same SLOs), each with its goodput per GPU.
 
 Both searches are `smallest_replicas` (integer bisection, `kvsim.analysis.plan_smallest`) over a fleet's
 probe, `pd_probe` (`kvsim.simulate_cluster(..., prefill_replicas=P).summary`; P = 0 is the aggregated
-fleet, bit for bit). The split search runs one bisection over D per P, P = 1, 2, ...; it assumes monotonicity
+fleet, bit for bit; it lives with the other probes in `kvsim.analysis.plan`, and is re-exported here). The split search runs one bisection over D per P, P = 1, 2, ...; it assumes monotonicity
 in each pool's size (more decode replicas never fail where fewer pass, at a fixed P; more prefill
 replicas never need more decode replicas), so:
 - D(P), the fewest decode replicas meeting the SLOs with P prefill replicas, is searched at most up to
@@ -30,40 +30,11 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.analysis.plan import PlanResult, _check_count, plan, probe_summary
+from kvsim.analysis.plan import PlanResult, _check_count, pd_probe, plan
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, SLO, parse_slos
 from kvsim.analysis.plan_smallest import _target, smallest_replicas
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
-
-
-def pd_probe(
-    workload: Any,
-    config: Any,
-    *,
-    prefill_replicas: int = 0,
-    pd_threshold_tokens: int | None = None,
-    pd_link_bandwidth: float | None = None,
-    pd_link_latency_s: float | None = None,
-    goodput: Any = None,
-    backend: str = "rust",
-) -> dict[str, Any]:
-    """A fleet's probe: `kvsim.simulate_cluster(workload, config, prefill_replicas=P, ...).summary`
-    (`config.replicas` decode replicas; P = 0: the aggregated fleet of `config.replicas` replicas), with
-    `overloaded` and `steady` (`kvsim.analysis.plan.probe_summary`)."""
-    from kvsim.engine.cluster import simulate_cluster
-
-    knobs: dict[str, Any] = {
-        "pd_threshold_tokens": pd_threshold_tokens,
-        "pd_link_bandwidth": pd_link_bandwidth,
-        "pd_link_latency_s": pd_link_latency_s,
-    }
-    given: dict[str, Any] = {k: v for k, v in knobs.items() if v is not None}  # None: the config's own
-    return probe_summary(
-        simulate_cluster(
-            workload, config, prefill_replicas=prefill_replicas, goodput=goodput, backend=backend, **given
-        )
-    )
 
 
 def gpus_per_replica(config: Any) -> int:

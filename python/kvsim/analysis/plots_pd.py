@@ -1,6 +1,7 @@
 """The disaggregation claims' plot (`kvsim.analysis.claims_pd`): goodput per GPU of the best aggregated
 fleet and the best disaggregated split against SLO tightness, one panel per workload
-(`results/plots/pd_goodput.png`)."""
+(`results/plots/pd_goodput.png`). It reads the experiment's setup and `comparison` from
+`kvsim.analysis.claims_pd_setup`, and `claims_pd` imports it to write the figure."""
 
 from __future__ import annotations
 
@@ -9,6 +10,16 @@ from typing import Any
 
 import polars as pl
 
+from kvsim.analysis.claims_pd_setup import (
+    ATTAINMENT,
+    GPU,
+    MAX_GPUS,
+    MODEL,
+    SUSTAINED,
+    WORKLOAD_LABEL,
+    comparison,
+)
+
 
 def _ms(v: float) -> str:
     return f"{v / 1000:.3g} s" if v >= 1000 else f"{v:.3g} ms"
@@ -16,16 +27,6 @@ def _ms(v: float) -> str:
 
 def draw_pd_goodput(ax: Any, frame: pl.DataFrame, workload: str) -> None:
     """One workload's panel: per level, each family's best goodput per GPU, labelled by its fleet."""
-    from kvsim.analysis.claims_pd import (
-        ATTAINMENT,
-        GPU,
-        MAX_GPUS,
-        MODEL,
-        SUSTAINED,
-        WORKLOAD_LABEL,
-        comparison,
-    )
-
     levels = comparison(frame, workload)
     xs = list(range(len(levels)))
     for key, style, name in (
@@ -76,7 +77,7 @@ def plot_pd_goodput(frame: pl.DataFrame, path: Path) -> Path:
     """Draws every workload's panel side by side and writes the PNG to `path`."""
     from matplotlib.figure import Figure
 
-    from kvsim.analysis.plots import _save
+    from kvsim.analysis.plots_common import _save
 
     workloads = list(dict.fromkeys(frame["workload"].to_list()))
     fig = Figure(figsize=(7.5 * len(workloads), 5.8), layout="constrained")

@@ -312,7 +312,7 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
     that reads them: `kvsim plan` and `kvsim sweep` refuse one only where it does nothing at every point,
     `refuse_idle_at_every_point`. A model's knobs: `idle_model_knobs`; without a model:
     `_refuse_modelless_knobs`.)"""
-    from kvsim.engine.cluster import PD_KNOBS
+    from kvsim.engine.cluster_pd import PD_KNOBS
     from kvsim.reference.cluster import STATEFUL_ROUTERS
 
     out: dict[str, str | None] = {}

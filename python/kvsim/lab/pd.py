@@ -185,7 +185,8 @@ def run(
 ) -> PdRun:
     """Runs the fleet on both engines (see the module's docstring); `prefill_config` as
     `simulate_cluster`'s (the prefill replica's pool, say)."""
-    from kvsim.engine.cluster import _pd_spec, router_spec, simulate_cluster
+    from kvsim.engine.cluster import router_spec, simulate_cluster
+    from kvsim.engine.cluster_pd import _pd_spec
     from kvsim.engine.engine_input import prepare
     from kvsim.reference import cluster
 

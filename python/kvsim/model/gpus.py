@@ -499,7 +499,8 @@ def is_rocm(arch: str | None) -> bool:
 def sm_capability(arch: str | None) -> int | None:
     """A CUDA arch's compute capability as vLLM compares it (`sm_90` 90, `sm_100` 100, `sm_120` 120: its
     `DeviceCapability.to_int`), None for ROCm's, none or one not spelt `sm_` and digits. The one parser the
-    rules by capability read (`datacenter_blackwell`, `sizing.check_capability`, `dsa`'s backends)."""
+    rules by capability read (`datacenter_blackwell`, `sizing.check_capability`, `dsa`'s backends) and
+    `from_spec`'s check of a described arch."""
     if arch is None or not arch.startswith("sm_") or not arch[3:].isdigit():
         return None
     return int(arch[3:])
@@ -704,14 +705,14 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
                 f"{where}: arch {arch!r} must be sm_XY (an NVIDIA GPU of compute capability X.Y: sm_90) or "
                 "gfxNNN (an AMD GPU: gfx942)"
             )
-        if arch.startswith("sm_"):
-            digits = arch[3:]
-            major, minor = int(digits[:-1]), int(digits[-1])
-            if digits[0] == "0" or major < 6 or major > 12:
+        cap = sm_capability(arch)
+        if cap is not None:
+            major, minor = divmod(cap, 10)
+            if arch != f"sm_{cap}" or major < 6 or major > 12:
                 # vLLM 0.33.0 runs on compute capability 6.0 and up ("Kepler and Maxwell NVIDIA GPUs ... vLLM
                 # doesn't support these GPUs": `CudaPlatformBase.supported_dtypes`) and decides by families up
                 # to 12.x; `sm_10` is 1.0, not Blackwell's 10.0 (`sm_100`), which some of kvsim's rules would
-                # otherwise have read it as.
+                # otherwise have read it as; `sm_089` (a leading zero) is no spelling vLLM uses.
                 raise InvalidArgumentError(
                     f"{where}: arch {arch!r} is compute capability {major}.{minor}: vLLM 0.33.0 runs on 6.0 "
                     "and up and has rules for families up to 12.x (sm_90 is 9.0, sm_100 10.0, sm_103 10.3, "

@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::Replica;
+use crate::engine::first_start_at_or_after;
 use crate::{KvError, Result};
 
 /// vLLM's `_has_global_unfinished_reqs` all-reduces the ranks' unfinished requests every this many
@@ -96,15 +97,7 @@ fn steps_before(pieces: &[(i128, i128, i128, i128)], gap: i128) -> i128 {
         let first = a + b * j0; // the piece's first step's duration
         let at = |i: i128| start + first * i + b * (i * (i - 1) / 2); // its i-th step's start
         let len = j1 - j0;
-        let (mut lo, mut hi) = (0i128, len); // the first i in 0..len starting at or after `gap`
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if at(mid) >= gap {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
+        let lo = first_start_at_or_after!(0i128, len, gap, at);
         span = j0 + lo;
         if lo < len {
             break;

@@ -16,7 +16,7 @@
 //! as a full step, so results equal the reference's step for step. A step that leaves a sequence
 //! prefilling, or more running sequences than the budget, drops back to full steps.
 
-use super::{Engine, MAX_TIME_PS, Memory, MemoryState, Seq, TimeModel};
+use super::{Engine, MAX_TIME_PS, Memory, MemoryState, Seq, TimeModel, first_start_at_or_after};
 use crate::block_table::{blocks_for, rem_bs};
 
 /// What `fast_event` did with a ring entry.
@@ -422,16 +422,7 @@ impl Engine<'_> {
                     span = span.min(u64::try_from(first).unwrap_or(u64::MAX));
                 }
             } else if start(span - 1) >= gap {
-                let (mut lo, mut hi) = (1, span - 1); // start(lo - 1) < gap <= start(hi)
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    if start(mid) >= gap {
-                        hi = mid;
-                    } else {
-                        lo = mid + 1;
-                    }
-                }
-                span = lo;
+                span = first_start_at_or_after!(1, span - 1, gap, start); // start(0) < gap <= start(span - 1)
             }
         }
         if let Some(end) = self.tier.is_some().then(|| self.next_transfer()).flatten() {

@@ -48,6 +48,7 @@ use memory::{
 };
 pub(crate) use seq::private_starts;
 use seq::{Seq, join_arrived};
+pub(crate) use timing::first_start_at_or_after;
 
 use crate::{BlockId, BlockPool, KvError, Result, invalid_arg};
 use contiguous::{Buddy, FirstFit, Space};

@@ -3,7 +3,7 @@
 //! the running sequences' neutral steps read in closed form, the rows that may join in them, and the
 //! memo of the steps found neutral, kept until the next advance.
 
-use super::{Engine, MAX_TIME_PS, Memory, Policy, TimeModel};
+use super::{Engine, MAX_TIME_PS, Memory, Policy, TimeModel, first_start_at_or_after};
 use crate::block_table::{blocks_for, div_bs};
 
 /// What a router reads of a replica besides its load (waiting + running + in flight), which every
@@ -173,16 +173,7 @@ impl Engine<'_> {
             }
             u64::try_from((gap + dt0 - 1) / dt0).unwrap_or(u64::MAX)
         } else {
-            let (mut lo, mut hi) = (1u64, QUIET_MAX + 1); // start(lo - 1) < gap; the answer <= hi
-            while lo < hi {
-                let mid = lo + (hi - lo) / 2;
-                if start(mid) >= gap {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
-                }
-            }
-            lo
+            first_start_at_or_after!(1u64, QUIET_MAX + 1, gap, start) // start(0) < gap
         };
         if need > QUIET_MAX {
             return false;
