@@ -305,6 +305,19 @@ def test_forked_sample_resuming_finds_its_own_copied_block():
         ),
         # Contiguous regions: no block events, far finishes become wake-ups.
         ({}, {"num_blocks": 400, "policy": "orca-oracle", "placement": "buddy"}),
+        # The roofline derived for TP 2 over PCIe without peer-to-peer: the collectives staged through host
+        # memory (`pcie_p2p`), their latency in the fixed term, their bytes per token and per sequence.
+        (
+            {},
+            {
+                "num_blocks": 300,
+                "model": "qwen3-32b",
+                "gpu": "rtx-pro-6000",
+                "tensor_parallel_size": 2,
+                "max_model_len": 8192,
+                "pcie_p2p": False,
+            },
+        ),
         (
             {},
             {

@@ -416,7 +416,10 @@ def test_tensor_parallel_time_line_names_the_link_its_all_reduces_take():
     line = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", tensor_parallel_size=2).time_line()
     assert "tp 2's all-reduces over the GPU-to-GPU link at 450 GB/s each way" in line
     line = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40", tensor_parallel_size=2).time_line()
-    assert "tp 2's all-reduces over PCIe at 32 GB/s each way (no GPU-to-GPU link in l40's figures" in line
+    assert (
+        "tp 2's all-reduces over PCIe peer-to-peer at 32 GB/s each way (no GPU-to-GPU link in l40's figures"
+        in line
+    )
     assert "all-reduces" not in kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb").time_line()
 
     def step(gpu: str) -> tuple[int, int]:
@@ -557,7 +560,7 @@ def test_the_time_line_names_the_link_of_data_parallel_moe_collectives():
 
     line = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-pcie", data_parallel_size=4).time_line()
     assert (
-        "the MoE layers' all-gather and reduce-scatter over the DP group's 4 GPUs over PCIe at 64 GB/s each way"
+        "the MoE layers' all-gather and reduce-scatter over the DP group's 4 GPUs over PCIe peer-to-peer at 64 GB/s each way"
         in line
     )
     assert "all-reduces" not in line

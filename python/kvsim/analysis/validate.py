@@ -9,7 +9,9 @@ model, tensor and data parallelism, expert parallelism, `max_num_seqs`, `max_num
 vLLM 0.19's scheduler (`SimConfig.preset("vllm-0.19")`), under three time models: the roofline with
 datasheet figures (`time_model="roofline"`, efficiencies 1), the roofline calibrated on the GPU's
 per-operator profile (`calibration=` the shipped calibration of that GPU), and the old straight line
-(`time_model="linear"`). A data-parallel run is a fleet of `dp` replicas behind the least-loaded router
+(`time_model="linear"`), and for a run over several GPUs the calibrated roofline once more with the collectives
+over PCIe peer-to-peer (`calibrated-p2p`): the others stage them through host memory (`pcie_p2p=False`,
+`P2P_EVIDENCE` says why; the runs record no P2P state). A data-parallel run is a fleet of `dp` replicas behind the least-loaded router
 (vLLM's DP load balancer sends a request to the engine with the fewest waiting and running ones): of a
 mixture-of-experts model, one DP group whose ranks step together (DESIGN.md §Data-parallel groups).
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,12 +49,26 @@ MODELS = {
     "Qwen/Qwen3-32B": "qwen3-32b",
     "Qwen/Qwen3-30B-A3B-Instruct-2507": "qwen3-30b-a3b",
 }
-TIME_MODELS = ("roofline", "calibrated", "linear")
+TIME_MODELS = ("roofline", "calibrated", "calibrated-p2p", "linear")
 TIME_MODEL_NAMES = {
     "roofline": "roofline, datasheet",
     "calibrated": "roofline, calibrated",
+    "calibrated-p2p": "calibrated, PCIe P2P",
     "linear": "linear (old)",
 }
+# The transport assumed for the multi-GPU runs' collectives (`SimConfig.pcie_p2p`; DESIGN.md §Time model, "The
+# collectives' link"): staged through host memory, no PCIe peer-to-peer. The runs record no driver, NCCL log
+# or P2P state (meta.json), so this is inferred: two RTX PRO 6000s commonly hang in NCCL's first all-reduce
+# unless P2P is disabled (local-inference-lab/rtx6kpro#15, vllm-project/vllm#30317), and the runs' own
+# LLMServingSim configuration (sim_config.json) assumes a 16 GB/s, 20 µs link for this host, a quarter of
+# PCIe 5.0's 64. `calibrated-p2p` replays them with peer-to-peer, so the report shows both assumptions.
+P2P_EVIDENCE = (
+    "the runs record no P2P state (meta.json has no driver, NCCL or topology); host staging is inferred: two RTX "
+    "PRO 6000s commonly hang in NCCL's first all-reduce unless P2P is disabled (local-inference-lab/rtx6kpro#15, "
+    "vllm-project/vllm#30317); the TP-2 run's decode steps exceed kvsim's peer-to-peer ones by a per-token, "
+    "context-free term absent from the TP-1 run, a slow collective link's signature; and LLMServingSim's own "
+    "sim_config.json for these runs assumes a 16 GB/s, 20 µs link, a quarter of PCIe 5.0's 64 GB/s"
+)
 # The metrics of the report, in its order: (key, label, unit scale, whether the 10 % target applies).
 METRICS = (
     ("ttft_mean", "TTFT mean", 1e3, True),
@@ -220,11 +237,24 @@ def config(run: Run, time_model: str) -> Any:
     }
     if e.get("max_model_len"):
         kw["max_model_len"] = int(e["max_model_len"])
+    if multi_gpu(run):
+        # (`P2P_EVIDENCE`: host staging assumed, peer-to-peer under `calibrated-p2p` for comparison)
+        kw["pcie_p2p"] = time_model == "calibrated-p2p"
     if time_model == "linear":
         kw["time_model"] = "linear"
-    elif time_model == "calibrated":
+    elif time_model in ("calibrated", "calibrated-p2p"):
         kw["calibration"] = calibration_for(run.gpu)
     return SimConfig.preset("vllm-0.19", **kw)
+
+
+def multi_gpu(run: Run) -> bool:
+    """Whether `run`'s model spans GPUs that exchange collectives: tensor parallelism, or a mixture-of-experts
+    model's DP ranks (their all-gather and reduce-scatter)."""
+    from kvsim.model.models import resolve
+
+    e = run.engine
+    tp, dp = int(e.get("tensor_parallel_size") or 1), int(e.get("data_parallel_size") or 1)
+    return tp > 1 or (dp > 1 and resolve(run.model).num_experts > 0)
 
 
 def calibration_for(gpu: str) -> str:
@@ -300,6 +330,19 @@ def report(results: dict[str, Any], plot: str | None) -> str:
         'to every model) and **linear (old)** (`time_model="linear"`). Errors are (kvsim − measured) / measured;',
         f"the target is {TARGET:.0%} on every mean and median (bold: missed).",
         "",
+        *textwrap.wrap(
+            "**The collectives' transport** (DESIGN.md §Time model, \"The collectives' link\"). The two multi-GPU "
+            "runs (TP 2; DP 2 + EP) are replayed with their collectives staged through host memory, no PCIe "
+            "peer-to-peer (`pcie_p2p=False`: a quarter of PCIe 5.0's 64 GB/s, 16 GB/s, and 14 µs a collective, "
+            "from NVIDIA/nccl#384 and voipmonitor/rtx6kpro's measurements, not fitted to these runs). That is an "
+            f"assumption: {P2P_EVIDENCE}. (The sourced rule gives Qwen3-32B's all-reduce 16 GB/s and 2 × 3 + 14 = "
+            "20 µs, the very figures LLMServingSim's file assumes; it was set from the NCCL and rtx6kpro figures "
+            "alone.) A fourth column, **calibrated, PCIe P2P**, replays them with peer-to-peer at the link's "
+            "64 GB/s (the RTX PRO 6000's default), so both assumptions' errors show; the single-GPU run has no "
+            "collective and is the same under both.",
+            110,
+        ),
+        "",
     ]
     tally: dict[str, list[bool]] = {tm: [] for tm in TIME_MODELS}
     for name, r in results.items():
@@ -313,7 +356,12 @@ def report(results: dict[str, Any], plot: str | None) -> str:
             f"{e.get('data_parallel_size', 1)}, expert parallel {bool(e.get('enable_expert_parallel'))}, "
             f"max_num_seqs {e.get('max_num_seqs')}, max_num_batched_tokens {e.get('max_num_batched_tokens')}; "
             f"{len(run.arrival)} requests over {run.arrival.max():.1f} s. kvsim: {cfg.pool.line()}; calibration "
-            f"`{cfg.calibration}`.",
+            f"`{cfg.calibration}`; collectives "
+            + (
+                "staged through host memory (assumed), over PCIe peer-to-peer in the P2P column."
+                if multi_gpu(run)
+                else "none (one GPU)."
+            ),
             "",
             "| metric | measured | "
             + " | ".join(f"{TIME_MODEL_NAMES[tm]} | error" for tm in TIME_MODELS)
@@ -399,14 +447,16 @@ def why_not(results: dict[str, Any]) -> list[str]:
             "ms. The calibration fitted one GPU's dense projections and attention (Llama-3.1-8B's profile): "
             + (
                 f"the {2 * run_layers(cfg)} all-reduces a step over PCIe (tensor parallel {e.get('tensor_parallel_size')}) "
-                "keep the datasheet's link rate and 3 µs a hop, no collective on this host having been measured; "
+                "are priced staged through host memory by published figures (16 GB/s, 14 µs a collective beside "
+                "3 µs a hop), no collective on this host having been measured; "
                 if int(e.get("tensor_parallel_size") or 1) > 1
                 else ""
             )
             + (
                 "the routed experts (fused-MoE kernels over 64 experts of 768 columns per GPU) stream at the dense "
-                "projections' rate and the gather and scatter of hidden states between the two ranks keep the "
-                "datasheet's PCIe rate (the ranks step together, as vLLM's do, each step the slower rank's); "
+                "projections' rate and the gather and scatter of hidden states between the two ranks are priced "
+                "staged through host memory (16 GB/s, 14 µs a collective beside 3 µs a hop; the ranks step together, as vLLM's do, each step the slower "
+                "rank's; their per-step token-count exchange and padding are not priced); "
                 if e.get("enable_expert_parallel")
                 else ""
             )
@@ -478,23 +528,34 @@ def validation_claims(root: Path = RUNS) -> list[Any]:
         measured = run_metrics(run.arrival, run.scheduled, run.first_token, run.finish, run.output_len)
         sim = simulate_run(run, "calibrated")["metrics"]
         errs = {k: _err(sim[k], measured[k]) for k in CLAIMED}
+        labels = {key: label for key, label, _, _ in METRICS}
+        note = (
+            f"calibration {calibration_for(run.gpu)}; results/validation.md has every metric and time model"
+        )
+        if multi_gpu(run):
+            p2p = simulate_run(run, "calibrated-p2p")["metrics"]
+            note += (
+                "; collectives staged through host memory (pcie_p2p off: 16 GB/s, 14 µs a collective, from "
+                f"NVIDIA/nccl#384 and voipmonitor/rtx6kpro, not fitted): {P2P_EVIDENCE}; with PCIe P2P instead: "
+                + ", ".join(f"{labels[k]} {_err(p2p[k], measured[k]):+.1%}" for k in CLAIMED)
+            )
         e = run.engine
         setup = f"TP {e.get('tensor_parallel_size', 1)}, DP {e.get('data_parallel_size', 1)}" + (
             ", EP" if e.get("enable_expert_parallel") else ""
         )
-        labels = {key: label for key, label, _, _ in METRICS}
+        transport = ", collectives staged through host memory" if multi_gpu(run) else ""
         out.append(
             Claim(
                 f"V-{run.model}",
-                f"kvsim (calibrated roofline, vLLM 0.19's scheduler) replays the real run of {run.model} on "
-                f"{run.gpu} ({setup}): TTFT, TPOT, E2E means and medians, ITL mean and output throughput",
+                f"kvsim (calibrated roofline, vLLM 0.19's scheduler{transport}) replays the real run of {run.model} "
+                f"on {run.gpu} ({setup}): TTFT, TPOT, E2E means and medians, ITL mean and output throughput",
                 source,
                 ", ".join(f"{labels[k]} {_fmt(measured[k], 1e3)} ms" for k in ("tpot_mean", "e2e_mean")),
                 ", ".join(f"{labels[k]} {errs[k]:+.1%}" for k in CLAIMED),
                 f"each within ± {TARGET:.0%}",
                 CONFIRMED if all(abs(v) <= TARGET for v in errs.values()) else DIFFERS,
                 COMMAND,
-                f"calibration {calibration_for(run.gpu)}; results/validation.md has every metric and time model",
+                note,
             )
         )
     return out

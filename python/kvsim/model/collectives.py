@@ -24,16 +24,44 @@ def peer_bandwidth(gpu: Gpu) -> float:
 # systems' 800 Gb/s ConnectX-8: `gpu_tables.NETWORK`; a GPU file's `network`).
 NETWORK_BANDWIDTH = 50e9
 
+# A collective between GPUs that cross PCIe without peer-to-peer (`Gpu.pcie_p2p` False: GeForce cards, or a host
+# whose IOMMU, ACS, VM or driver blocks it; `SimConfig.pcie_p2p`): NCCL's SHM transport stages it through host
+# memory (vLLM's custom all-reduce, which needs P2P, stays off). Priced from published figures, none fitted to
+# kvsim's validation runs (DESIGN.md §Time model, "The collectives' link"):
+#
+# - bandwidth: a quarter of the host link's, one direction. NVIDIA/nccl#384 measured 2 GPUs' SHM all-reduce
+#   (`NCCL_P2P_DISABLE=1`) at a bus bandwidth of 3.9 GB/s on PCIe 3.0 x16 (~16 GB/s each way: 0.24 of it), the
+#   maintainer explaining that each byte goes into host memory and out again, both directions of the host link
+#   at once, so host traffic is the bottleneck. The same order elsewhere: P2P-disabled copies between two A40s
+#   at 19-21 GB/s both directions together on PCIe 4.0 (NVIDIA/nccl-tests#74, ~0.3 of one direction's 32 GB/s)
+#   and between RTX 4090s at 20-22 GB/s one way (NVIDIA/nccl#814, copies, not an all-reduce: an upper bound);
+#   8 RTX 5090s' all-reduce of 1-8 GB messages over many channels at 28 GB/s on PCIe 5.0 (NVIDIA/nccl#1639,
+#   0.44), the most a large message reaches. The quarter is the one 2-GPU all-reduce measured.
+# - latency: 14 µs a collective beside its ring steps' hops (`roofline.COLLECTIVE_HOP_PS`): a GPU-to-GPU copy
+#   with P2P disabled takes ~14 µs on RTX PRO 6000s against 0.4 µs with it (voipmonitor/rtx6kpro
+#   hardware/pcie-bandwidth.md, "P2P Disabled ~14 us", CUDA's p2pBandwidthLatencyTest). It is charged once a
+#   collective (an all-reduce, an all-gather, a reduce-scatter), not once a ring step: NCCL pipelines a
+#   collective's steps through its host buffers, and its small-message ring on 8 PCIe GeForce RTX 4090s
+#   (host-staged on a stock driver; the thread does not say which) took 42.6 µs for 14 steps (NVIDIA/nccl#1530),
+#   ~3 µs a step, the hop, where 14 µs a step would give ~200 µs.
+HOST_STAGED_SHARE = 4
+HOST_STAGED_LATENCY_PS = 14_000_000
+
 
 @dataclass(frozen=True)
 class CollectiveLink:
     """What a collective over `group` GPUs crosses: `bandwidth` one direction a GPU (bytes per second, before
-    the `link` efficiency) and `how`, the words the time line says it in."""
+    the `link` efficiency), `how`, the words the time line says it in, and `latency_ps`, what each collective
+    over it adds beside its ring steps' hops (picoseconds: host staging's `HOST_STAGED_LATENCY_PS` where it
+    crosses PCIe without peer-to-peer, else 0). `pcie`: whether it crosses PCIe between GPUs (no peer link,
+    or between peer domains), the only links `pcie_p2p` changes."""
 
     group: int
     bandwidth: float
     how: str
     hosts: int = 1
+    latency_ps: int = 0
+    pcie: bool = False
 
 
 def _article(number: str) -> str:
@@ -45,7 +73,7 @@ def _gbs(rate: float) -> str:
     return f"{rate / 1e9:g} GB/s"
 
 
-def collective_link(gpu: Gpu, group: int, stride: int = 1) -> CollectiveLink:
+def collective_link(gpu: Gpu, group: int, stride: int = 1, pcie_p2p: bool | None = None) -> CollectiveLink:
     """The bandwidth a ring collective over `group` GPUs (tp's all-reduce, the MoE layers' all-gather and
     reduce-scatter over the EP group's tp · dp GPUs or the DP group's dp) runs at on each GPU, one direction
     (DESIGN.md §Time model, "The collectives' link"). The group's GPUs are `stride` apart (vLLM's DP group:
@@ -62,6 +90,11 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1) -> CollectiveLink:
       domain still) the network between hosts (`Gpu.network_bandwidth` a GPU, else `NETWORK_BANDWIDTH`); NCCL runs a ring through each
       GPU's own NIC or host link, so a crossing carries the traffic over the domain's (host's) GPUs' links
       together: min(the domain's rate, its GPUs × the crossing's rate a GPU).
+
+    PCIe between GPUs (no peer link, or between domains) is peer-to-peer when `pcie_p2p` (None: the GPU's own,
+    `Gpu.pcie_p2p`, False on GeForce cards); without it NCCL stages through host memory: a quarter of the
+    host link's rate and `HOST_STAGED_LATENCY_PS` a collective (`HOST_STAGED_SHARE`). Over a peer link the
+    flag changes nothing.
     """
     group = max(1, group)
     stride = max(1, stride)
@@ -76,12 +109,27 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1) -> CollectiveLink:
         """The group's GPUs among `gpus` consecutive ones (a domain, a host): one in every `stride`."""
         return max(1, min(group, -(-gpus // stride)))
 
+    p2p = bool(getattr(gpu, "pcie_p2p", True)) if pcie_p2p is None else pcie_p2p
+    why = "NVIDIA disables it on GeForce cards" if pcie_p2p is None else "pcie_p2p off"
+    # (one direction of the host link between GPUs: peer-to-peer, or staged through host memory)
+    pcie_rate = gpu.pcie_bandwidth if p2p else gpu.pcie_bandwidth / HOST_STAGED_SHARE
+    latency = 0
+    crosses_pcie = False
     if not peer:
-        rate = gpu.pcie_bandwidth
-        how = (
-            f"over PCIe at {_gbs(rate)} each way (no GPU-to-GPU link in {gpu.name}'s figures; a GPU spec's "
-            "peer_link gives one)"
-        )
+        rate = pcie_rate
+        crosses_pcie = group > 1
+        if p2p:
+            how = (
+                f"over PCIe peer-to-peer at {_gbs(rate)} each way (no GPU-to-GPU link in {gpu.name}'s figures; "
+                "a GPU spec's peer_link gives one)"
+            )
+        else:
+            latency = HOST_STAGED_LATENCY_PS if crosses_pcie else 0
+            how = (
+                f"staged through host memory over PCIe, no peer-to-peer ({why}): a quarter of PCIe's "
+                f"{_gbs(gpu.pcie_bandwidth)} each way, {_gbs(rate)}, and {HOST_STAGED_LATENCY_PS / 1e6:g} µs a "
+                f"collective (no GPU-to-GPU link in {gpu.name}'s figures; a GPU spec's peer_link gives one)"
+            )
         inner = group
     else:
         inner = members(domain) if domain else group
@@ -99,12 +147,22 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1) -> CollectiveLink:
     # Past the domain within a host: the host's PCIe between domains.
     if peer and domain and span > domain and (not host or domain < host):
         n = members(domain)
-        crossing = n * gpu.pcie_bandwidth
+        crossing = n * pcie_rate
         joined = min(span, host) if host else span
-        how += (
-            f"; {joined} GPUs span {-(-joined // domain)} GPU-to-GPU domains of {domain}, joined by PCIe "
-            f"({_gbs(gpu.pcie_bandwidth)} each way a GPU × {n} = {_gbs(crossing)})"
-        )
+        crosses_pcie = True
+        if p2p:
+            how += (
+                f"; {joined} GPUs span {-(-joined // domain)} GPU-to-GPU domains of {domain}, joined by PCIe "
+                f"peer-to-peer ({_gbs(pcie_rate)} each way a GPU × {n} = {_gbs(crossing)})"
+            )
+        else:
+            latency = HOST_STAGED_LATENCY_PS
+            how += (
+                f"; {joined} GPUs span {-(-joined // domain)} GPU-to-GPU domains of {domain}, joined by PCIe "
+                f"staged through host memory, no peer-to-peer ({why}: a quarter of PCIe's "
+                f"{_gbs(gpu.pcie_bandwidth)}, {_gbs(pcie_rate)} each way a GPU × {n} = {_gbs(crossing)}, and "
+                f"{HOST_STAGED_LATENCY_PS / 1e6:g} µs a collective)"
+            )
         rate = min(rate, crossing)
     # Past the host (past the NVLink domain where it spans hosts, as an NVL72's).
     unit = max(host, domain) if peer else host
@@ -125,7 +183,7 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1) -> CollectiveLink:
         how += f"; the group spans {hosts} hosts of {host} GPUs, all in one GPU-to-GPU domain of {domain}"
     elif peer and domain and span > domain:
         how += f": priced at {_gbs(rate)} each way"
-    return CollectiveLink(group, rate, how, hosts)
+    return CollectiveLink(group, rate, how, hosts, latency, crosses_pcie)
 
 
 # The `model_type`s vLLM 0.33.0 serves with `deepseek_v2.py` (its `DeepseekV2ForCausalLM` and
@@ -409,6 +467,9 @@ class MoeCollectives:
       `EVERY_LAYER`; "" outside it).
     - `all_reduces`: outside it, each layer's TP all-reduces (`TP_ALL_REDUCES`); `small_all_reduces` those
       of a per-token statistic (`_SMALL_ALL_REDUCES`), in `tp_rings` (2 each) but not `tp_units`.
+    - `tp_collectives`: tensor parallelism's collectives a step, each all-reduce, all-gather or reduce-scatter
+      one (the small all-reduces too): what host staging's latency a collective multiplies
+      (`HOST_STAGED_LATENCY_PS`).
     """
 
     gather: int
@@ -420,6 +481,7 @@ class MoeCollectives:
     pattern: str = ""
     all_reduces: tuple[int, ...] = ()
     small_all_reduces: int = 0
+    tp_collectives: int = 0
 
     @property
     def decoder_layer_sp(self) -> bool:
@@ -453,7 +515,11 @@ def moe_collectives(
     """
     c = _moe_collectives(model, tp, dp, expert_parallel, moe_flags, rocm)
     small = small_all_reduces(model)
-    return replace(c, tp_rings=c.tp_rings + 2 * small, small_all_reduces=small) if small else c
+    if not small:
+        return c
+    return replace(
+        c, tp_rings=c.tp_rings + 2 * small, small_all_reduces=small, tp_collectives=c.tp_collectives + small
+    )
 
 
 def _moe_collectives(
@@ -471,26 +537,33 @@ def _moe_collectives(
         gather, stride, share = dp, tp, (dp - 1, 1)
     if not sp:
         units = rings = 2 * sum(ars)
-        return MoeCollectives(gather, stride, share, units, rings, False, "", ars)
+        return MoeCollectives(gather, stride, share, units, rings, False, "", ars, tp_collectives=sum(ars))
     if pattern == EVERY_LAYER:
         field = _END_STREAMS.get(getattr(model, "model_type", "") or "")
         end = (_fields(model).get(field) or 1) if field else 1
         units, rings = 2 * len(moe_flags) + end, 2 * len(moe_flags) + 1
-        return MoeCollectives(gather, stride, share, units, rings, True, pattern, ars)
+        # (each ring an all-gather or a reduce-scatter: one collective each)
+        return MoeCollectives(gather, stride, share, units, rings, True, pattern, ars, tp_collectives=rings)
     if pattern == BLOCK:
         # A MoE layer: its other all-reduces (2 each) and the MoE block's all-gather (1); a layer without
-        # routed experts its all-reduces.
+        # routed experts its all-reduces. Either way a layer's collectives are its all-reduce count.
         units = rings = sum(2 * (n - 1) + 1 if moe else 2 * n for moe, n in zip(moe_flags, ars, strict=True))
-        return MoeCollectives(gather, stride, share, units, rings, True, pattern, ars)
-    units = rings = 0
+        return MoeCollectives(
+            gather, stride, share, units, rings, True, pattern, ars, tp_collectives=sum(ars)
+        )
+    units = rings = count = 0
     for i, moe in enumerate(moe_flags):
         if i and moe_flags[i - 1]:
             # The previous layer left its output sharded over TP: all-gathered after this layer's input
             # norm (the hidden state) before a MoE layer, before the layer (hidden state and residual, 2
             # widths: `DeepseekV2Model.forward`) otherwise.
-            units, rings = units + (1 if moe else 2), rings + 1
+            units, rings, count = units + (1 if moe else 2), rings + 1, count + 1
         # A MoE layer: the attention's output reduce-scattered (1); another layer its all-reduces.
-        units, rings = (units + 1, rings + 1) if moe else (units + 2 * ars[i], rings + 2 * ars[i])
+        if moe:
+            units, rings, count = units + 1, rings + 1, count + 1
+        else:
+            units, rings, count = units + 2 * ars[i], rings + 2 * ars[i], count + ars[i]
     if moe_flags and moe_flags[-1]:
-        units, rings = units + 2, rings + 1  # (the model's end: hidden state and residual gathered)
-    return MoeCollectives(gather, stride, share, units, rings, True, pattern, ars)
+        # (the model's end: hidden state and residual gathered)
+        units, rings, count = units + 2, rings + 1, count + 1
+    return MoeCollectives(gather, stride, share, units, rings, True, pattern, ars, tp_collectives=count)

@@ -192,6 +192,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
     tensor_parallel_size: int = default("tensor_parallel_size")
     data_parallel_size: int = default("data_parallel_size")
     enable_expert_parallel: bool = default("enable_expert_parallel")
+    pcie_p2p: bool | None = default("pcie_p2p")
     kv_cache_dtype: str = default("kv_cache_dtype")
     quantization: str | None = default("quantization")
     enforce_eager: bool = default("enforce_eager")

@@ -36,6 +36,7 @@ class ConfigTimeModel:
         tensor_parallel_size: int
         data_parallel_size: int
         enable_expert_parallel: bool
+        pcie_p2p: bool | None
         max_num_seqs: int
         max_num_batched_tokens: int
 
@@ -110,6 +111,7 @@ class ConfigTimeModel:
                 quantization=self.quantization,
                 efficiencies=eff,
                 max_num_batched_tokens=self.max_num_batched_tokens,
+                pcie_p2p=self.pcie_p2p,
             )
         except InvalidArgumentError as exc:
             if cal is None or not str(exc).startswith("efficiency "):
@@ -256,7 +258,9 @@ class ConfigTimeModel:
         """The links the roofline prices the collectives on (`collectives.collective_link`), each with the figure
         it uses: tensor parallelism's all-reduces (tp > 1) and, with DP ranks, a mixture-of-experts model's
         all-gather and reduce-scatter over the DP group (dp GPUs, tp apart) or, sequence-parallel under expert
-        parallelism at tp > 1, the EP group's tp · dp GPUs; "" when it prices none."""
+        parallelism at tp > 1, the EP group's tp · dp GPUs; "" when it prices none. Each link's words name its
+        transport (a GPU-to-GPU link, PCIe peer-to-peer, or staged through host memory); a `pcie_p2p` given
+        where no collective crosses PCIe is said to change nothing, not left silent."""
         from kvsim.model.collectives import collective_link, moe_collectives
         from kvsim.model.gpus import resolve as resolve_gpu
         from kvsim.model.models import resolve as resolve_model
@@ -267,8 +271,11 @@ class ConfigTimeModel:
         eff = 1.0 if cal is None else cal.efficiencies.link
         scaled = "" if eff == 1.0 else f" (× the calibration's link efficiency {eff:g})"
         parts = []
+        links = []
         if tp > 1:
-            parts.append(f"tp {tp}'s all-reduces {collective_link(gpu, tp).how}{scaled}")
+            link = collective_link(gpu, tp, pcie_p2p=self.pcie_p2p)
+            links.append(link)
+            parts.append(f"tp {tp}'s all-reduces {link.how}{scaled}")
         from kvsim.model.timing import _moe_layer_flags
 
         model = resolve_model(self.model)
@@ -280,9 +287,14 @@ class ConfigTimeModel:
                 if coll.sequence_parallel
                 else f"the DP group's {coll.gather} GPUs" + (f", {tp} apart" if tp > 1 else "")
             )
+            link = collective_link(gpu, coll.gather, coll.stride, self.pcie_p2p)
+            links.append(link)
+            parts.append(f"the MoE layers' all-gather and reduce-scatter over {group} {link.how}{scaled}")
+        if self.pcie_p2p is not None and not any(x.pcie for x in links):
             parts.append(
-                f"the MoE layers' all-gather and reduce-scatter over {group} "
-                f"{collective_link(gpu, coll.gather, coll.stride).how}{scaled}"
+                f"pcie_p2p {'on' if self.pcie_p2p else 'off'} changes nothing here ("
+                + ("no collective crosses PCIe between GPUs" if links else "no collective between GPUs")
+                + ")"
             )
         return ", ".join(parts)
 

@@ -82,3 +82,14 @@ NETWORK = {
     "b300": 100e9,
     "gb300": 100e9,
 }
+
+# The presets whose stock driver does no GPU peer-to-peer over PCIe (`Gpu.pcie_p2p` False), so that NCCL stages
+# every collective between two of them through host memory (its SHM transport; DESIGN.md §Time model, "The
+# collectives' link"): NVIDIA's GeForce cards, whose P2P NVIDIA disables on stock drivers (RTX 4090:
+# blog.chlc.cc/p/rtx4090-gpudirect-p2p-unlocked and allanchan339.github.io/bug-fixes/2025/05/21/4090-P2P.html,
+# P2P only with a patched kernel module; RTX 5090: tinygrad/open-gpu-kernel-modules#29, the same; RTX 3090:
+# noonghunna/club-3090#356, "NCCL stages every cross-card all-reduce through host memory"; the RTX 2070, a
+# Turing GeForce, likewise). Datacenter and workstation cards (A10, L4, L40S, RTX 6000 Ada, RTX PRO 6000, H100
+# PCIe) do P2P over PCIe; a host whose IOMMU, ACS or VM blocks it, or whose P2P hangs (2 RTX PRO 6000s:
+# local-inference-lab/rtx6kpro#15, vllm-project/vllm#30317), is `SimConfig(pcie_p2p=False)`.
+NO_PCIE_P2P = frozenset({"rtx-2070", "rtx-3090", "rtx-4090", "rtx-5090"})

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.gpu_tables import ARCHS, NETWORK, TOPOLOGY
+from kvsim.model.gpu_tables import ARCHS, NETWORK, NO_PCIE_P2P, TOPOLOGY
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -57,6 +57,10 @@ class Gpu:
         network_bandwidth: the network between hosts, one direction a GPU (its NIC), bytes per second, what a
             collective past a host (past an NVL72's NVLink domain) crosses; 0: a 400 Gb/s NIC a GPU
             (`kvsim.model.collectives.NETWORK_BANDWIDTH`).
+        pcie_p2p: whether two of these GPUs do peer-to-peer over PCIe on a stock driver (False: NVIDIA's
+            GeForce cards, `gpu_tables.NO_PCIE_P2P`), what a collective between GPUs without a peer link
+            crosses when True; without it NCCL stages the collective through host memory
+            (`kvsim.model.collectives.collective_link`). `SimConfig.pcie_p2p` overrides it for a host.
     """
 
     name: str
@@ -73,6 +77,7 @@ class Gpu:
     peer_domain: int = 0
     gpus_per_host: int = 0
     network_bandwidth: float = 0.0
+    pcie_p2p: bool = True
 
 
 def _g(
@@ -451,6 +456,7 @@ def _with_topology(g: Gpu) -> Gpu:
         peer_domain=domain,
         peer_links=links,
         network_bandwidth=NETWORK.get(g.name, 0.0),
+        pcie_p2p=g.name not in NO_PCIE_P2P,
     )
 
 

@@ -517,6 +517,16 @@ KNOBS: dict[str, Knob] = {
         "weights per GPU, and the roofline's all-gather and reduce-scatter of hidden states per MoE layer)",
         flags=("-ep",),
     ),
+    "pcie_p2p": Knob(
+        None,
+        "bool",
+        "whether GPUs without a GPU-to-GPU link do peer-to-peer over PCIe: off, NCCL stages the collectives "
+        "(tp's all-reduces, the MoE layers' all-gather and reduce-scatter) through host memory, priced at a "
+        "quarter of the host link's rate and 14 us more a collective; changes nothing where the collectives "
+        "cross a GPU-to-GPU link (NVLink); the time line names the transport; unset: the GPU's own (off on "
+        "GeForce cards, whose P2P NVIDIA disables; on for datacenter and workstation cards)",
+        optional=True,
+    ),
     "kv_cache_dtype": Knob(
         "auto",
         "choice",

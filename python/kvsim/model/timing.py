@@ -67,6 +67,7 @@ def roofline_time_model(
     efficiencies: Efficiencies | None = None,
     max_num_batched_tokens: int = 8192,
     layers: tuple[Layer, ...] | None = None,
+    pcie_p2p: bool | None = None,
 ) -> RooflineTimeModel:
     """The roofline of `model` (unquantized checkpoint fields; `quantization` is vLLM's flag) on `gpu`
     (module docstring; DESIGN.md §Time model derives each term and says what it leaves out).
@@ -90,6 +91,10 @@ def roofline_time_model(
         max_num_batched_tokens: the longest step, which bounds the experts table.
         layers: each layer's attention kind (default: the model's); a layer kept as full attention by the
             KV-cache manager still attends over its window.
+        pcie_p2p: whether collectives that cross PCIe between GPUs go peer-to-peer (None: the GPU's own,
+            `Gpu.pcie_p2p`); without it they are staged through host memory at a quarter of the host link's
+            rate and 14 µs more a collective (`collectives.collective_link`). Over a peer link it changes
+            nothing.
 
     Raises:
         InvalidArgumentError: a coefficient beyond the engines' bound, or a split the model does not allow.
@@ -121,10 +126,12 @@ def roofline_time_model(
 
     mx = mxfp4_padding(model, gpu.arch, tp, tp * dp if ep > 1 else 0, dp)
     hbm = gpu.hbm_bandwidth
-    link = collective_link(gpu, tp).bandwidth * eff.link  # (tp's all-reduces, the logits' gather)
-    moe_link = (
-        collective_link(gpu, gather, coll.stride).bandwidth * eff.link
+    tp_link = collective_link(gpu, tp, pcie_p2p=pcie_p2p)  # (tp's all-reduces, the logits' gather)
+    moe_coll_link = collective_link(
+        gpu, gather, coll.stride, pcie_p2p
     )  # (the MoE layers' gather and scatter)
+    link = tp_link.bandwidth * eff.link
+    moe_link = moe_coll_link.bandwidth * eff.link
     mem_rate = hbm * eff.gemm_memory
     att_mem = hbm * eff.attention_memory
     att_mixed = hbm * eff.attention_mixed
@@ -517,6 +524,10 @@ def roofline_time_model(
     if tp > 1:
         units, rings = coll.tp_units, coll.tp_rings
         fixed += rings * (tp - 1) * eff.collective_hop_ps / PS_PER_S
+        # Host staging's latency once a collective where they cross PCIe without peer-to-peer
+        # (`collectives.HOST_STAGED_LATENCY_PS`, its sources there), 0 otherwise.
+        staged = coll.tp_collectives * tp_link.latency_ps
+        fixed += staged / PS_PER_S
         ar_tok = units * (tp - 1) / tp * h * act / link
         tok += ar_tok
         if not coll.sequence_parallel:
@@ -543,8 +554,15 @@ def roofline_time_model(
             step = f"{rings} ring collectives × {tp - 1} ring steps × hop latency"
             if coll.small_all_reduces:
                 step += f" (with {coll.small_all_reduces} all-reduces of a per-token statistic, 2 each)"
+        if staged:
+            step += (
+                f" + {coll.tp_collectives} collectives × {tp_link.latency_ps / 1e6:g} µs host staging (no PCIe "
+                "peer-to-peer)"
+            )
         terms.append(Term("tp_allreduce_tok", ps(ar_tok), "per token", how))
-        terms.append(Term("tp_allreduce", rings * (tp - 1) * eff.collective_hop_ps, "per step", step))
+        terms.append(
+            Term("tp_allreduce", rings * (tp - 1) * eff.collective_hop_ps + staged, "per step", step)
+        )
     # Expert parallelism: vLLM's default all-to-all (`all2all_backend="allgather_reducescatter"`,
     # vllm/config/parallel.py) gathers every rank's hidden states before each MoE layer and reduce-scatters
     # its output after; with DP ranks and no expert parallelism vLLM's naive dispatch and combine
@@ -555,6 +573,9 @@ def roofline_time_model(
     # holding a tp-th of its rank's tokens: `(tp·dp − 1)/tp` (`collectives.moe_collectives`).
     if gather > 1:
         fixed += 2 * moe_layers * (gather - 1) * eff.collective_hop_ps / PS_PER_S
+        # (host staging's latency once a collective where they cross PCIe without peer-to-peer)
+        a2a_staged = 2 * moe_layers * moe_coll_link.latency_ps
+        fixed += a2a_staged / PS_PER_S
         moved, per = coll.gather_share
         # (the width the tokens are dispatched at: Kimi-K3's and Nemotron-H's latent, `collectives.DISPATCH_WIDTH`)
         moe_h = dispatch_width(model)
@@ -577,9 +598,15 @@ def roofline_time_model(
         terms.append(
             Term(
                 "ep_gather_scatter",
-                2 * moe_layers * (gather - 1) * eff.collective_hop_ps,
+                2 * moe_layers * (gather - 1) * eff.collective_hop_ps + a2a_staged,
                 "per step",
-                f"2 × {moe_layers} MoE layers × {gather - 1} ring steps × hop latency",
+                f"2 × {moe_layers} MoE layers × {gather - 1} ring steps × hop latency"
+                + (
+                    f" + {2 * moe_layers} collectives × {moe_coll_link.latency_ps / 1e6:g} µs host staging (no "
+                    "PCIe peer-to-peer)"
+                    if a2a_staged
+                    else ""
+                ),
             )
         )
     # Per sequence: one pass over the fp32 logits (sampling), the logits gathered under tp, Mamba states.
