@@ -249,3 +249,36 @@ def test_cli_split_gives_the_answers_intervals_as_the_rate_search_does(capsys):
     assert "tpot_p99 95% CI (s)" in out
     assert "bound vs CI" not in out
     assert "SAMPLE" not in out
+
+
+def test_a_split_search_takes_a_goodput_slo_and_gives_its_wilson_interval(capsys):
+    """`--split --slo goodput_fraction:...` with `--goodput` runs (rev46 #1: `best_split` did not hand
+    goodput to `smallest_replicas`, which refused the SLO as if the flag were missing), and each search's
+    `goodput_fraction 95% CI` is the Wilson interval of its answer's share over its requests."""
+    from kvsim.analysis.moment_ci import wilson_interval
+
+    goodput_cli = [
+        "plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "sharegpt", "--requests",
+        "200", "--split", "--rate", "60", "--max-gpus", "4", "--workers", "1",
+        "--slo", "goodput_fraction:0.95", "--goodput", "ttft:200", "tpot:8",
+    ]  # fmt: skip
+    assert main([*goodput_cli, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["searches"]
+    for s in data["searches"]:
+        answer = {p["replicas"]: p for p in data["probes"][s["fleet"]]}[s["decode"]]
+        assert answer["goodput_fraction"] >= 0.95
+        assert answer["goodput_fraction_n"] == 200
+        low, high = wilson_interval(answer["goodput_fraction"], 200)
+        assert (s["goodput_fraction_ci_low"], s["goodput_fraction_ci_high"]) == (low, high)
+        assert low < answer["goodput_fraction"] <= high
+    assert main(goodput_cli) == 0
+    out = capsys.readouterr().out
+    assert "goodput_fraction 95% CI" in out
+    w = _workload(60, 30.0)
+    r = best_split(
+        w, kvsim.SimConfig(**MODEL), {"goodput_fraction": 0.9}, goodput={"ttft": 500, "tpot": 50},
+        max_gpus=3, workers=1,
+    )  # fmt: skip
+    for res in (r.aggregated_search, *r.split_searches.values()):
+        assert res.probes["goodput_fraction_n"].to_list() == [60] * res.probes.height
