@@ -146,10 +146,10 @@ def test_the_t_quantile_is_exact_where_closed_forms_exist_and_continuous_at_the_
     from kvsim.analysis import moment_ci
 
     for level in (0.8, 0.95, 0.99):
-        series = moment_ci.t_quantile.__wrapped__(200, level)
+        series = moment_ci._t_compute(200, level)
         moment_ci._SERIES_DF, saved = 100, moment_ci._SERIES_DF
         try:
-            expansion = moment_ci.t_quantile.__wrapped__(200, level)
+            expansion = moment_ci._t_compute(200, level)
         finally:
             moment_ci._SERIES_DF = saved
         assert expansion == pytest.approx(series, abs=1e-8)

@@ -57,7 +57,7 @@ def _level(level: Any) -> float:
     """`level` checked as a confidence strictly between 0 and 1 (0.95 for a 95 % interval)."""
     if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)):
         raise InvalidArgumentError(f"level {level!r} must be a confidence strictly between 0 and 1 (0.95)")
-    if not 0 < float(level) < 1:  # (False for NaN)
+    if not 0 < level < 1:  # (False for NaN; compared before any float conversion, a huge int's)
         raise InvalidArgumentError(
             f"level {level!r} must be a confidence strictly between 0 and 1 (0.95 for a 95 % interval; "
             "0 covers nothing, 1 only the whole range)"
@@ -99,7 +99,6 @@ def _t_central(t: float, df: int) -> float:
     return 2 / math.pi * (theta + s * math.cos(theta) * total)
 
 
-@functools.lru_cache(maxsize=1024)
 def t_quantile(df: int, level: float = LEVEL) -> float:
     """Student's t quantile of a two-sided `level` interval with `df` degrees of freedom (12.706 at 95 %
     and df 1, 2.776 at 4, 2.045 at 29, tending to the normal's 1.960): up to 200 degrees of freedom the
@@ -109,7 +108,16 @@ def t_quantile(df: int, level: float = LEVEL) -> float:
     Raises:
         InvalidArgumentError: df not a positive integer, a level outside (0, 1).
     """
-    df, level = _count("df", df, 1), _level(level)
+    return _t_cached(_count("df", df, 1), _level(level))
+
+
+@functools.lru_cache(maxsize=1024)
+def _t_cached(df: int, level: float) -> float:
+    return _t_compute(df, level)
+
+
+def _t_compute(df: int, level: float) -> float:
+    """`t_quantile`'s computation, its arguments checked."""
     x = NormalDist().inv_cdf(0.5 + level / 2)
     if df > _SERIES_DF:
         x3, x5, x7, x9 = x**3, x**5, x**7, x**9
@@ -178,8 +186,9 @@ def wilson_requests(fraction: float, bound: float, level: float = LEVEL) -> int 
     p, b, z = _fraction("fraction", fraction), _fraction("bound", bound), _z(level)
     if p == b:
         return None
-    need = z * z * b * (1 - b) / (p - b) ** 2
-    return min(math.floor(need) + 1, MAX_COUNT) if need < MAX_COUNT else MAX_COUNT
+    gap2 = (p - b) ** 2  # (0 when the gap underflows: no practical count then)
+    need = z * z * b * (1 - b) / gap2 if gap2 > 0 else math.inf
+    return math.floor(need) + 1 if need < MAX_COUNT else MAX_COUNT
 
 
 def _values(values: Any) -> np.ndarray:
@@ -246,14 +255,17 @@ def mean_requests(
     n = _count("n", n)
     estimate, bound = _real("estimate", estimate), _real("bound", bound)
     level = _level(level)
+    if high is not None:
+        high = _real("high", high)
+        if high < estimate:
+            raise InvalidArgumentError(
+                f"high {high!r} is below the estimate {estimate!r} (an inverted interval)"
+            )
     d = abs(bound - estimate)
     if d == 0:
         return None
     if high is None or n < MIN_MEAN_N:
         return max(MIN_MEAN_N, n + 1)
-    high = _real("high", high)
-    if high < estimate:
-        raise InvalidArgumentError(f"high {high!r} is below the estimate {estimate!r} (an inverted interval)")
     s = (high - estimate) * math.sqrt(n) / t_quantile(max(n - 1, 1), level)
 
     def reaches(m: int) -> bool:  # (whether m values' half-width stays within the distance: monotone in m)

@@ -376,21 +376,13 @@ def _check_summary(summary: Mapping[str, Any], slos: Sequence[SLO], aside: int) 
         InvalidArgumentError: naming the key.
     """
 
+    from kvsim.analysis.moment_ci import _count, _real
+
     def count(name: str, v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise InvalidArgumentError(
-                f"probe summary {name} {v!r} must be a count of requests (an integer, 0 or more)"
-            )
-        return int(v)
+        return _count(f"probe summary {name}", v)
 
     def real(name: str, v: Any) -> float:
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, (int, float, np.integer, np.floating))
-            or not math.isfinite(v)
-        ):
-            raise InvalidArgumentError(f"probe summary {name} {v!r} must be a finite number")
-        return float(v)
+        return _real(f"probe summary {name}", v)
 
     if summary.get("num_requests") is not None:
         total = count("num_requests", summary["num_requests"])
