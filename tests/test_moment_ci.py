@@ -337,3 +337,25 @@ def test_a_mean_from_two_requests_is_not_judged_clear(capsys):
         assert p["outside_ci"] is False
     assert f"fewer than {MIN_MEAN_N} requests, too few to judge a mean by" in data["message"]
     assert "lies inside" not in data["message"]
+
+
+def test_the_caveats_seed_sentence_names_the_statistics_at_stake():
+    """rev46 #8: the independence sentence spoke of a p99 whatever the SLO; for a goodput fraction it now
+    speaks of the statistic, the p99 example kept for percentile SLOs (test_plan_sampling's caveats)."""
+    near = _plan(1000)
+    assert "near a knee these statistics spread wider over workload seeds than the interval says" in (
+        near.message
+    )
+    assert "p99" not in near.message
+
+
+def test_a_caveat_without_any_interval_does_not_say_the_bound_lies_inside_one(capsys):
+    """rev46 #9: 3 requests bound no p50 at all (fewer than 6); the caveat said the bound, 2,000 times
+    below the estimate, "lies inside" the interval; now it says the sample is too small for any."""
+    args = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "sharegpt", "--requests",
+            "3", "--split", "--rate", "5", "--max-gpus", "2", "--slo", "e2el_p50:1ms", "--workers", "1"]  # fmt: skip
+    assert main(args) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("aggregated: THE VERDICT")]
+    assert "no 95 % interval: too few requests to bound the percentile at all" in line
+    assert "the sample is too small for any 95 % interval of its statistic" in line
+    assert "lies inside" not in line

@@ -167,15 +167,22 @@ def fmt_interval(span: tuple[float | None, float | None] | None, slo: SLO) -> st
 
 def bound_vs_ci(result: PlanResult) -> str:
     """The answer's place against its intervals in a word, as `kvsim plan --split`'s table gives it per
-    search: `outside` (`PlanResult.outside_ci` True), `INSIDE:ttft_p99` (False, naming the SLOs on
-    which a decisive probe's verdict rests on its sample), `-` (None: no interval decides it)."""
+    search: `outside` (`PlanResult.outside_ci` True), `INSIDE:tpot_p99@2` (False, naming each SLO on
+    which a decisive probe's verdict rests on its sample and, after `@`, at which probes of the search's
+    axis: the answer's or the failing one next to it, whose interval the row's `95% CI` may not show),
+    `-` (None: no interval decides it)."""
     flag = result.outside_ci
     if flag is None:
         return "-"
     if flag:
         return "outside"
-    unsure = {s.metric: None for row in result._decisive_rows() for s in unsure_slos(row, result.slos)}
-    return f"INSIDE:{'+'.join(unsure)}"
+    unsure: dict[str, list[str]] = {}
+    for row in result._decisive_rows():
+        for s in unsure_slos(row, result.slos):
+            at = result._fmt(row[result.axis])
+            if at not in unsure.setdefault(s.metric, []):
+                unsure[s.metric].append(at)
+    return "INSIDE:" + "+".join(f"{m}@{','.join(at)}" for m, at in unsure.items())
 
 
 def practical_requests(result: PlanResult, row: Mapping[str, Any]) -> int:
