@@ -95,7 +95,8 @@ def _draw_intervals(ax: Axes, probes: Any, axis: str, slo: Any, interval: Any) -
         bars = True
         for end, marker, up in ((high, "^", 1), (low, "v", -1)):
             if end is None:
-                past = offset_copy(ax.transData, fig=ax.figure, y=up * OPEN_OFFSET_PT, units="points")
+                fig = ax.get_figure(root=True)
+                past = offset_copy(ax.transData, fig=fig, y=up * OPEN_OFFSET_PT, units="points")
                 ax.scatter([r[axis]], [y], marker=marker, s=60, facecolors="none", edgecolors="#495057",
                            transform=past, zorder=4,
                            label="_nolegend_" if opens else "interval open (too few requests)")  # fmt: skip
