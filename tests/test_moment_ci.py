@@ -359,3 +359,18 @@ def test_a_caveat_without_any_interval_does_not_say_the_bound_lies_inside_one(ca
     assert "no 95 % interval: too few requests to bound the percentile at all" in line
     assert "the sample is too small for any 95 % interval of its statistic" in line
     assert "lies inside" not in line
+
+
+@pytest.mark.parametrize(
+    ("p", "n", "coverage"),
+    [(0.999, 1000, 0.9198), (0.998, 1000, 0.9475), (0.999, 2000, 0.9474), (0.99, 300, 0.9672)],
+)
+def test_wilsons_coverage_dips_where_demanding_goodput_slos_sit(p, n, coverage):
+    """rev46 #7, the figures DESIGN and README state: the exact coverage of the 95 % Wilson interval (the
+    binomial probabilities of the counts k whose interval around k/n holds p) is 92.0 % at p 0.999 over
+    1,000 requests, Brown, Cai & DasGupta's dip where n p(1 − p) is near 1."""
+    from kvsim.analysis.quantile_ci import binomial_cdf
+
+    pmf = np.diff(np.concatenate(([0.0], binomial_cdf(n, p))))
+    holds = np.array([lo <= p <= hi for lo, hi in (wilson_interval(k / n, n) for k in range(n + 1))])
+    assert float(pmf[holds].sum()) == pytest.approx(coverage, abs=5e-5)
