@@ -251,3 +251,15 @@ def test_a_hostile_probe_summary_plans_or_is_refused_by_name(share, total, pair)
             if row.get(m) is not None and low is not None and high is not None:
                 assert low <= row[m] * (1 + 1e-9) + 1e-12
                 assert row[m] <= high * (1 + 1e-9) + 1e-12
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 30, 201, 10**6])
+def test_a_level_one_rounding_below_1_gives_a_finite_quantile(df):
+    """0.5 + level / 2 rounds to 1 for the largest level below 1 (the normal quantile then raised
+    StatisticsError); the tail (1 − level) / 2 does not."""
+    level = 1 - 2**-53
+    t = t_quantile(df, level)
+    assert math.isfinite(t)
+    assert t > t_quantile(df, 0.999)
+    lo, hi = wilson_interval(0.5, 10, level)
+    assert 0 < lo < 0.5 < hi < 1

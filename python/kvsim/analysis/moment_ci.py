@@ -75,7 +75,13 @@ def _fraction(name: str, x: Any) -> float:
 
 def _z(level: float) -> float:
     """The standard normal quantile of a two-sided `level` interval (1.959964 for 95 %)."""
-    return NormalDist().inv_cdf(0.5 + _level(level) / 2)
+    return _normal_upper(_level(level))
+
+
+def _normal_upper(level: float) -> float:
+    """The normal quantile of a two-sided `level` interval, from the tail (1 − level) / 2, which stays
+    above 0 for a level one rounding below 1, where 0.5 + level / 2 rounds to 1."""
+    return -NormalDist().inv_cdf((1 - level) / 2)
 
 
 def _t_central(t: float, df: int) -> float:
@@ -118,7 +124,7 @@ def _t_cached(df: int, level: float) -> float:
 
 def _t_compute(df: int, level: float) -> float:
     """`t_quantile`'s computation, its arguments checked."""
-    x = NormalDist().inv_cdf(0.5 + level / 2)
+    x = _normal_upper(level)
     if df > _SERIES_DF:
         x3, x5, x7, x9 = x**3, x**5, x**7, x**9
         g1 = (x3 + x) / 4

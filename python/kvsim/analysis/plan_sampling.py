@@ -75,10 +75,12 @@ def fraction_columns(fraction: float | None, n: int) -> dict[str, Any]:
     Raises:
         InvalidArgumentError: a share not a number or outside [0, 1]; n not an integer count.
     """
+    import numpy as np
+
     from kvsim.analysis.moment_ci import _count, _real, wilson_interval
 
     n = _count("n", n)
-    if fraction is None or (isinstance(fraction, float) and math.isnan(fraction)) or n < 1:
+    if fraction is None or (isinstance(fraction, (float, np.floating)) and math.isnan(fraction)) or n < 1:
         return {}
     p = _real("goodput_fraction", fraction)
     if not -1e-9 <= p <= 1 + 1e-9:
