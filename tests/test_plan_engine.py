@@ -172,6 +172,19 @@ def test_plot_marks_the_bound_and_the_knee(real, tmp_path):
         labels = [t.get_text() for t in ax.get_legend().get_texts()]
         assert "95 % interval" in labels
         assert "interval open (too few requests)" in labels
+        # rev46 #11: each open end's triangle above the probe's marker, and past the estimate (the p99's
+        # upper end open: the triangle drawn higher on the screen than the estimate).
+        marks = max(c.get_zorder() for c in ax.collections if c.get_label().startswith("probe "))
+        opens = [c for c in ax.collections if c.get_offsets().shape == (1, 2) and c.get_zorder() > marks]
+        open_rows = [row for row in rows if row[f"{slo.metric}_ci_high"] is None]
+        assert len(opens) == len(open_rows) > 0
+        for c, row in zip(opens, open_rows, strict=True):
+            ((x, y),) = c.get_offsets()
+            assert (x, y) == pytest.approx((row[r.axis], row[slo.metric]))
+            shown = c.get_offset_transform().transform((x, y))
+            estimate = ax.transData.transform((x, y))
+            assert shown[1] > estimate[1]
+            assert shown[0] == pytest.approx(estimate[0])
     path = r.plot(tmp_path / "plan.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -230,14 +230,15 @@ def test_cli_split_gives_the_answers_intervals_as_the_rate_search_does(capsys):
         for m in ("ttft_p99", "tpot_p99"):
             assert (s[f"{m}_ci_low"], s[f"{m}_ci_high"]) == (answer[f"{m}_ci_low"], answer[f"{m}_ci_high"])
             assert s[f"{m}_ci_high"] is None  # (200 requests: no upper end)
-        assert s["bound_vs_ci"] == "INSIDE:tpot_p99+ttft_p99"
+        assert s["bound_vs_ci"] == f"INSIDE:tpot_p99@{s['decode']}+ttft_p99@{s['decode']}"
     assert main([*CLI, "--split", "--max-gpus", "4"]) == 0
     out = capsys.readouterr().out.splitlines()
     (head,) = [line for line in out if line.startswith("fleet ")]
     assert head.split()[8:14] == ["tpot_p99", "95%", "CI", "(s)", "ttft_p99", "95%"]
     assert head.split()[-3:] == ["bound", "vs", "CI"]
     (agg,) = [line for line in out if line.startswith("aggregated ")]
-    assert agg.split()[-1] == "INSIDE:tpot_p99+ttft_p99"
+    assert agg.split()[-1] == f"INSIDE:tpot_p99@{agg.split()[2]}+ttft_p99@{agg.split()[2]}"
+
     assert "∞)" in agg
     assert any(
         line.startswith("aggregated: THE VERDICTS REST ON THE SAMPLE: replicas 2 passes") for line in out
@@ -249,3 +250,57 @@ def test_cli_split_gives_the_answers_intervals_as_the_rate_search_does(capsys):
     assert "tpot_p99 95% CI (s)" in out
     assert "bound vs CI" not in out
     assert "SAMPLE" not in out
+
+
+def test_the_split_tables_inside_marker_names_the_probe_it_refers_to(capsys):
+    """rev46 #10, the README's example: the aggregated fleet's answer (3 replicas) has a TPOT p99 interval
+    far below the 8 ms bound, and the verdict resting on the sample is the failing probe's next to it (2
+    replicas, 0.008012 s): the cell names that probe, `INSIDE:tpot_p99@2`, so the row no longer reads as
+    its own interval holding the bound."""
+    args = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "sharegpt", "--requests",
+            "2000", "--split", "--rate", "120", "--max-gpus", "8", "--slo", "tpot_p99:8ms", "--slo",
+            "ttft_p99:200ms", "--workers", "2"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (agg,) = [s for s in data["searches"] if s["fleet"] == "aggregated"]
+    assert agg["decode"] == 3
+    assert agg["tpot_p99_ci_high"] < 0.008  # (the answer's own interval is clear of the bound)
+    assert agg["bound_vs_ci"] == "INSIDE:tpot_p99@2"
+    (two,) = [p for p in data["probes"]["aggregated"] if p["replicas"] == 2]
+    assert not two["passed"]
+    assert two["tpot_p99_ci_low"] < 0.008 < two["tpot_p99_ci_high"]
+    assert main(args) == 0
+    assert "INSIDE:<slo>@<decode replicas> naming the probe" in capsys.readouterr().out
+
+
+def test_a_split_search_takes_a_goodput_slo_and_gives_its_wilson_interval(capsys):
+    """`--split --slo goodput_fraction:...` with `--goodput` runs (rev46 #1: `best_split` did not hand
+    goodput to `smallest_replicas`, which refused the SLO as if the flag were missing), and each search's
+    `goodput_fraction 95% CI` is the Wilson interval of its answer's share over its requests."""
+    from kvsim.analysis.moment_ci import wilson_interval
+
+    goodput_cli = [
+        "plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "sharegpt", "--requests",
+        "200", "--split", "--rate", "60", "--max-gpus", "4", "--workers", "1",
+        "--slo", "goodput_fraction:0.95", "--goodput", "ttft:200", "tpot:8",
+    ]  # fmt: skip
+    assert main([*goodput_cli, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["searches"]
+    for s in data["searches"]:
+        answer = {p["replicas"]: p for p in data["probes"][s["fleet"]]}[s["decode"]]
+        assert answer["goodput_fraction"] >= 0.95
+        assert answer["goodput_fraction_n"] == 200
+        low, high = wilson_interval(answer["goodput_fraction"], 200)
+        assert (s["goodput_fraction_ci_low"], s["goodput_fraction_ci_high"]) == (low, high)
+        assert low < answer["goodput_fraction"] <= high
+    assert main(goodput_cli) == 0
+    out = capsys.readouterr().out
+    assert "goodput_fraction 95% CI" in out
+    w = _workload(60, 30.0)
+    r = best_split(
+        w, kvsim.SimConfig(**MODEL), {"goodput_fraction": 0.9}, goodput={"ttft": 500, "tpot": 50},
+        max_gpus=3, workers=1,
+    )  # fmt: skip
+    for res in (r.aggregated_search, *r.split_searches.values()):
+        assert res.probes["goodput_fraction_n"].to_list() == [60] * res.probes.height

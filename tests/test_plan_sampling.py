@@ -186,6 +186,7 @@ def test_plan_says_when_the_answers_verdicts_rest_on_the_sample(capsys):
         )
         assert "or more would put the bounds outside them" in message
         assert "a floor on the uncertainty" in message
+        assert "(near a knee a p99 spreads several times wider over workload seeds)" in message  # (p99s only)
         out["apart"] = (clear_pass, clear_fail)
     small, large = answers[1000], answers[32000]
     assert small["value"] > large["value"]

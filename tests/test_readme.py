@@ -273,3 +273,22 @@ def test_the_readmes_verdict_summary_is_claims_md():
         assert f"vLLM {knee}," in note
     assert float(knees.group(1)) > 2 * 2.0
     assert float(knees.group(2)) > 2 * 30.0
+
+
+def test_the_readme_sweep_note_is_what_its_command_prints(capsys, tmp_path):
+    """rev46 #12: the README quoted the sweep's too-short note (0.67 times, about 179 requests) without the
+    command, whose one-seed run prints 0.82 and 150; now the command (with `--seeds 2`) stands above the
+    note, and the note is what it prints, word for word."""
+    import shlex
+
+    from kvsim.cli import main
+
+    text = (ROOT / "README.md").read_text()
+    m = re.search(
+        r"\$ (kvsim sweep --grid max_num_seqs=16,64 [^\n]*\\\n[^\n]*)\n\.\.\.\n(note: [^\n]*)\n", text
+    )
+    assert m, "the README's sweep note example"
+    cmd = m.group(1).replace("\\\n", " ")
+    assert main([*shlex.split(cmd)[1:], "--output", str(tmp_path / "s.parquet")]) == 0
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: not a steady")]
+    assert note == m.group(2)

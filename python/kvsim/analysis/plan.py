@@ -145,7 +145,7 @@ def probe_summary(result: Any) -> dict[str, Any]:
     (`kvsim.analysis.quantile_ci.quantile_interval`, None for an end too few requests give), and
     `quantile_n`, how many those were per latency (`ttft_s`, ...: TPOT's are the requests of more than one
     token a sample); `mean_ci`, each latency mean's (`ttft_s_mean`, ...) 95 % interval over the same
-    requests (`kvsim.analysis.moment_ci.mean_interval`: the normal approximation, approximate)."""
+    requests (`kvsim.analysis.moment_ci.mean_interval`: Student's t, approximate; none under 30)."""
     from kvsim.analysis.moment_ci import mean_interval
     from kvsim.analysis.quantile_ci import quantile_interval
     from kvsim.analysis.steady_state import queue_growth, too_short, warmup
@@ -365,6 +365,66 @@ def _resolve_probe(
     return probe  # type: ignore[no-any-return]
 
 
+def _check_summary(summary: Mapping[str, Any], slos: Sequence[SLO], aside: int) -> None:
+    """Refuses a probe summary (a caller's probe's) whose interval inputs contradict themselves
+    (DESIGN.md §Capacity search, "Sampling"): `slo_attainment` outside [0, 1] for a goodput SLO,
+    `num_requests` or a `quantile_n` count not a non-negative integer (or fewer requests than those set
+    aside), an interval of an SLO's statistic (`quantile_ci`, `mean_ci`) not a pair of finite numbers or
+    None, inverted or not holding the statistic.
+
+    Raises:
+        InvalidArgumentError: naming the key.
+    """
+
+    from kvsim.analysis.moment_ci import _count, _real
+
+    def count(name: str, v: Any) -> int:
+        return _count(f"probe summary {name}", v)
+
+    def real(name: str, v: Any) -> float:
+        return _real(f"probe summary {name}", v)
+
+    if summary.get("num_requests") is not None:
+        total = count("num_requests", summary["num_requests"])
+        if total < aside:
+            raise InvalidArgumentError(
+                f"probe summary num_requests {total} is fewer than the {aside} requests set aside as unservable"
+            )
+    counts = summary.get("quantile_n") or {}
+    if not isinstance(counts, Mapping):
+        raise InvalidArgumentError(f"probe summary quantile_n {counts!r} must map a latency to its count")
+    for name, v in counts.items():
+        count(f"quantile_n[{name!r}]", v)
+    for s in slos:
+        v = summary[s.key]
+        share = (
+            s.metric == "goodput_fraction" and v is not None and not (isinstance(v, float) and math.isnan(v))
+        )
+        if share and not 0 <= real(s.key, v) <= 1:
+            raise InvalidArgumentError(f"probe summary {s.key} {v!r} must be in [0, 1] (a share of requests)")
+        for key in ("quantile_ci", "mean_ci"):
+            table = summary.get(key) or {}
+            if not isinstance(table, Mapping) or s.key not in table:
+                continue
+            pair = table[s.key]
+            name = f"{key}[{s.key!r}]"
+            if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise InvalidArgumentError(f"probe summary {name} {pair!r} must be a pair [low, high]")
+            low, high = (None if e is None else real(name, e) for e in pair)
+            if low is not None and high is not None and low > high:
+                raise InvalidArgumentError(
+                    f"probe summary {name} {list(pair)!r} is inverted (low above high)"
+                )
+            est = None if v is None else real(s.key, v)
+            slack = 1e-9 * abs(est or 0.0)  # (rounding between the summary's statistic and its interval's)
+            if est is not None and (
+                (low is not None and est < low - slack) or (high is not None and est > high + slack)
+            ):
+                raise InvalidArgumentError(
+                    f"probe summary {name} {list(pair)!r} does not hold its statistic {s.key} {v!r}"
+                )
+
+
 def _search(
     search: Search,
     make: Callable[[float], tuple[Any, Any, dict[str, Any]]],
@@ -427,6 +487,7 @@ def _search(
                     raise InvalidArgumentError(
                         f"probe summary has no {', '.join(missing)} (the SLOs read it); keys: {', '.join(summary)}"
                     )
+                _check_summary(summary, slos, aside)
                 values = {s.metric: summary[s.key] for s in slos}
                 if aside and "goodput_fraction" in values and summary.get("num_requests"):
                     # (the share meeting the per-request SLOs among the requests that can be served)
@@ -446,6 +507,8 @@ def _search(
                 row.update({k: (None if v is None else float(v)) for k, v in values.items()})
                 row.update(extra)
                 row["completed"] = summary.get("completed")
+                if summary.get("num_requests") is not None:  # (what --requests gave: the settle count's unit)
+                    row["num_requests"] = int(summary["num_requests"])
                 row["rejected"] = summary.get("rejected")
                 if summary.get("queueing_s_p99") is not None:  # (whether requests waited for each other)
                     row["queueing_s_p99"] = float(summary["queueing_s_p99"])

@@ -338,7 +338,7 @@ def best_split(
         return functools.partial(pd_probe, prefill_replicas=p, goodput=goodput, backend=backend, **knobs)
 
     aggregated = smallest_replicas(
-        target, config, slos_, max_replicas=most, start=1, probe=probe_at(0), **common
+        target, config, slos_, max_replicas=most, start=1, probe=probe_at(0), goodput=goodput, **common
     )
     agg = None if aggregated.value is None else int(aggregated.value)
     searches: dict[int, PlanResult] = {}
@@ -353,7 +353,7 @@ def best_split(
             break
         res = smallest_replicas(
             target, config, slos_, max_replicas=cap, start=min(cap, 1 if best is None else best[1]),
-            probe=probe_at(p), **common,
+            probe=probe_at(p), goodput=goodput, **common,
         )  # fmt: skip
         searches[p] = res
         caps[p] = cap

@@ -60,7 +60,7 @@ def quantile_of(slo: SLO) -> float | None:
 
 def kind_of(slo: SLO) -> str:
     """Which statistic `slo` bounds, as its interval is taken: `percentile` (order statistics),
-    `fraction` (Wilson) or `mean` (the normal approximation; `normalized_latency` too, which has none)."""
+    `fraction` (Wilson) or `mean` (Student's t; `normalized_latency` too, which has none)."""
     if quantile_of(slo) is not None:
         return "percentile"
     return "fraction" if slo.unit == "fraction" else "mean"
@@ -69,13 +69,24 @@ def kind_of(slo: SLO) -> str:
 def fraction_columns(fraction: float | None, n: int) -> dict[str, Any]:
     """A probe row's `goodput_fraction_ci_low`, `_ci_high` and `_n`: the Wilson 95 % interval
     (`moment_ci.wilson_interval`) of the share of n requests meeting their per-request SLOs; none
-    without a share or requests."""
-    from kvsim.analysis.moment_ci import wilson_interval
+    without a share (None or NaN) or without requests (n 0). A share within 1e-9 of [0, 1] is taken
+    as its end (rounding of a rescaled share); one further out is refused, never clamped.
 
-    if fraction is None or math.isnan(fraction) or n < 1:
+    Raises:
+        InvalidArgumentError: a share not a number or outside [0, 1]; n not an integer count.
+    """
+    import numpy as np
+
+    from kvsim.analysis.moment_ci import _count, _real, wilson_interval
+
+    n = _count("n", n)
+    if fraction is None or (isinstance(fraction, (float, np.floating)) and math.isnan(fraction)) or n < 1:
         return {}
-    low, high = wilson_interval(min(max(float(fraction), 0.0), 1.0), int(n))  # (against rounding)
-    return {"goodput_fraction_ci_low": low, "goodput_fraction_ci_high": high, "goodput_fraction_n": int(n)}
+    p = _real("goodput_fraction", fraction)
+    if not -1e-9 <= p <= 1 + 1e-9:
+        raise InvalidArgumentError(f"goodput_fraction {fraction!r} must be in [0, 1] (a share of requests)")
+    low, high = wilson_interval(min(max(p, 0.0), 1.0), n)  # (within 1e-9: rounding)
+    return {"goodput_fraction_ci_low": low, "goodput_fraction_ci_high": high, "goodput_fraction_n": n}
 
 
 def interval(row: Mapping[str, Any], slo: SLO) -> tuple[float | None, float | None] | None:
@@ -115,7 +126,7 @@ def bound_outside_ci(
     """Whether a probe's verdict is statistically clear (DESIGN.md §Capacity search, "Sampling"): the
     SLOs' bounds outside the 95 % intervals of their statistics from the probe's requests (a percentile's
     from order statistics, `kvsim.analysis.quantile_ci`; a goodput fraction's Wilson interval and a
-    mean's normal approximation, `kvsim.analysis.moment_ci`), on the verdict's side. A pass is clear
+    mean's Student's t interval, `kvsim.analysis.moment_ci`), on the verdict's side. A pass is clear
     when every SLO with an interval has it wholly on its bound's passing side (an SLO without one, a
     caller's probe's or `normalized_latency`, is not judged); a fail when some failed SLO's interval lies
     wholly on the failing side. None where no interval decides it: none at all, a fail for rejecting
@@ -158,15 +169,22 @@ def fmt_interval(span: tuple[float | None, float | None] | None, slo: SLO) -> st
 
 def bound_vs_ci(result: PlanResult) -> str:
     """The answer's place against its intervals in a word, as `kvsim plan --split`'s table gives it per
-    search: `outside` (`PlanResult.outside_ci` True), `INSIDE:ttft_p99` (False, naming the SLOs on
-    which a decisive probe's verdict rests on its sample), `-` (None: no interval decides it)."""
+    search: `outside` (`PlanResult.outside_ci` True), `INSIDE:tpot_p99@2` (False, naming each SLO on
+    which a decisive probe's verdict rests on its sample and, after `@`, at which probes of the search's
+    axis: the answer's or the failing one next to it, whose interval the row's `95% CI` may not show),
+    `-` (None: no interval decides it)."""
     flag = result.outside_ci
     if flag is None:
         return "-"
     if flag:
         return "outside"
-    unsure = {s.metric: None for row in result._decisive_rows() for s in unsure_slos(row, result.slos)}
-    return f"INSIDE:{'+'.join(unsure)}"
+    unsure: dict[str, list[str]] = {}
+    for row in result._decisive_rows():
+        for s in unsure_slos(row, result.slos):
+            at = result._fmt(row[result.axis])
+            if at not in unsure.setdefault(s.metric, []):
+                unsure[s.metric].append(at)
+    return "INSIDE:" + "+".join(f"{m}@{','.join(at)}" for m, at in unsure.items())
 
 
 def practical_requests(result: PlanResult, row: Mapping[str, Any]) -> int:
@@ -182,23 +200,31 @@ def practical_requests(result: PlanResult, row: Mapping[str, Any]) -> int:
 
 
 def settling_requests(result: PlanResult, row: Mapping[str, Any], slo: SLO) -> int | None:
-    """About how many requests would make `row`'s verdict on `slo` clear (a percentile's
-    `quantile_ci.requests_to_settle`, a mean's or a fraction's `moment_ci.settle_by_root_n`, over the
-    statistic's sample, scaled to the probe's finished requests where the sample is fewer: TPOT's)."""
-    from kvsim.analysis.moment_ci import settle_by_root_n
+    """About how many requests, as `--requests` gives them, would make `row`'s verdict on `slo` clear: over
+    the statistic's sample, a percentile's `quantile_ci.requests_to_settle`, a fraction's
+    `moment_ci.wilson_requests` (exact, the score test's closed form), a mean's
+    `moment_ci.mean_requests`; then scaled from that sample to the workload's requests (the row's
+    `num_requests`, else `completed`) where the sample is fewer: the servable requests of a goodput
+    fraction when some were set aside, TPOT's requests of more than one token a sample, the finished
+    requests of a latency when some were rejected."""
+    from kvsim.analysis.moment_ci import mean_requests, wilson_requests
     from kvsim.analysis.quantile_ci import requests_to_settle
 
-    n, p = row[f"{slo.metric}_n"], quantile_of(slo)
+    n, p, kind = row[f"{slo.metric}_n"], quantile_of(slo), kind_of(slo)
     if not n:
         return None
     low, high = interval(row, slo) or (None, None)
-    if p is None:
-        m = settle_by_root_n(n, row[slo.metric], low, high, slo.bound)
+    if kind == "fraction":
+        m = wilson_requests(row[slo.metric], slo.bound)
+    elif p is None:
+        m = mean_requests(n, row[slo.metric], high, slo.bound)
     else:
         m = requests_to_settle(n, row[slo.metric], low, high, slo.bound, p=p)
-    done = row.get("completed")
-    if m is not None and isinstance(done, int) and done > n:
-        m = math.ceil(m * done / n)
+    total = row.get("num_requests")
+    if not isinstance(total, int):
+        total = row.get("completed")
+    if m is not None and isinstance(total, int) and total > n:  # (the sample is a share of --requests)
+        m = math.ceil(m * total / n)
     if m is not None:  # (an estimate: two significant digits, rounded up)
         step = 10 ** max(len(str(m)) - 2, 0)
         m = -(-m // step) * step
@@ -234,8 +260,10 @@ def sample_caveat(result: PlanResult) -> str:
     is not False)."""
     if result.outside_ci is not False:
         return ""
+    from kvsim.analysis.moment_ci import MIN_MEAN_N
+
     parts, needs, close, kinds = [], [], [], []
-    n_shown = None
+    n_shown, bare = None, 0
     for row in result._decisive_rows():
         for slo in unsure_slos(row, result.slos):
             low, high = interval(row, slo) or (None, None)
@@ -248,8 +276,11 @@ def sample_caveat(result: PlanResult) -> str:
                 span = f"95 % interval above {fmt_end(low, slo)}{unit}, too few requests for an upper end"
             elif high is not None:
                 span = f"95 % interval below {fmt_end(high, slo)}{unit}, too few requests for a lower end"
+            elif kind_of(slo) == "mean":
+                span = f"no 95 % interval: fewer than {MIN_MEAN_N} requests, too few to judge a mean by"
             else:
-                span = "no 95 % interval: too few requests"
+                span = "no 95 % interval: too few requests to bound the percentile at all"
+            bare += low is None and high is None
             n = row[f"{slo.metric}_n"]
             source = "" if n == n_shown else f" from {fmt_count(n, 'request')}"
             n_shown = n
@@ -302,8 +333,11 @@ def sample_caveat(result: PlanResult) -> str:
         need = (
             f"about {fmt_count(max(known), 'request')} or more would put "
             f"{'the bound' if one else 'the bounds'} outside {'it' if one else 'them'} (--requests; "
-            f"estimated with each {'percentile' if set(kinds) == {'percentile'} else 'statistic'} staying where "
-            "it is and its interval narrowing as 1/√n"
+            + (
+                "estimated with each percentile staying where it is and its interval narrowing as 1/√n"
+                if set(kinds) == {"percentile"}
+                else "estimated with each statistic staying where it is"
+            )
             + (", but a statistic equal to its bound is settled by none)" if len(known) < len(needs) else ")")
         )
         if close:
@@ -313,6 +347,7 @@ def sample_caveat(result: PlanResult) -> str:
             f"inside the order statistics' distribution-free interval of {'its' if one else 'the'} percentile"
         )
         that, floor = "That interval takes", "it is"
+        spread = "near a knee a p99 spreads several times wider over workload seeds"
     else:
         inside = (
             "inside its statistic's 95 % interval ("
@@ -320,20 +355,36 @@ def sample_caveat(result: PlanResult) -> str:
             + ")"
         )
         that, floor = ("That interval takes", "it is") if one else ("Those intervals take", "they are")
+        spread = (
+            f"near a knee {'this statistic spreads' if one else 'these statistics spread'} wider over "
+            "workload seeds than the interval says"
+        )
+    if bare == len(parts):  # (no interval at all: nothing for a bound to lie inside)
+        where = (
+            f"{'the sample is' if one else 'each sample is'} too small for any 95 % interval of "
+            f"{'its statistic' if one else 'the statistics'}"
+        )
+        that, floor = "An interval would take", "it would be"
+    else:
+        where = f"{'the bound lies' if one else 'each bound lies'} {inside}"
+        if bare:
+            where += " or, from too few requests, has none"
     return (
         f"THE {'VERDICT RESTS' if one else 'VERDICTS REST'} ON THE SAMPLE: {'; '.join(parts)}: "
-        f"{'the bound lies' if one else 'each bound lies'} {inside}, so another sample of as "
+        f"{where}, so another sample of as "
         f"many requests could reverse {'this verdict' if one else 'these verdicts'}{apart}. {that} "
         "the requests as independent draws, which requests sharing an engine are not "
-        f"(near a knee a p99 spreads several times wider over workload seeds): {floor} a floor on the "
-        f"uncertainty, and {need}"
+        f"({spread}): {floor} a floor on the uncertainty, and {need}"
     )
 
 
 _INTERVAL_OF = {
     "percentile": "a percentile's from the order statistics, distribution-free",
     "fraction": "a goodput fraction's Wilson score interval",
-    "mean": "a mean's normal approximation, mean ± 1.96 s/√n, approximate and too narrow under heavy tails",
+    "mean": (
+        "a mean's Student's t interval, mean ± t s/√n, approximate and too narrow under heavy tails and "
+        "few requests"
+    ),
 }
 """How `sample_caveat` names each statistic's interval where the SLOs at stake are not all percentiles."""
 

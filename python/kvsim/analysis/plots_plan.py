@@ -79,7 +79,11 @@ def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
 def _draw_intervals(ax: Axes, probes: Any, axis: str, slo: Any, interval: Any) -> None:
     """Each probe's 95 % interval as a bar from its low end to its high one (`draw_plan`); where an end
     is missing (too few requests: the p99 of fewer than 368), the bar stops at the estimate and a hollow
-    triangle there points the way it stays open. One legend entry for the bars, one for the open ends."""
+    triangle `OPEN_OFFSET_PT` points past it, the way the interval stays open, drawn above the probe's
+    marker (zorder 4 over 3) so the marker does not hide it. One legend entry for the bars, one for the
+    open ends."""
+    from matplotlib.transforms import offset_copy
+
     bars, opens = False, False
     for r in probes.iter_rows(named=True):
         y, span = r.get(slo.metric), interval(r, slo)
@@ -89,11 +93,18 @@ def _draw_intervals(ax: Axes, probes: Any, axis: str, slo: Any, interval: Any) -
         ax.vlines(r[axis], y if low is None else low, y if high is None else high, color="#495057", lw=1.2,
                   alpha=0.8, zorder=2, label="_nolegend_" if bars else "95 % interval")  # fmt: skip
         bars = True
-        for end, marker in ((high, "^"), (low, "v")):
+        for end, marker, up in ((high, "^", 1), (low, "v", -1)):
             if end is None:
+                fig = ax.get_figure(root=True)
+                past = offset_copy(ax.transData, fig=fig, y=up * OPEN_OFFSET_PT, units="points")
                 ax.scatter([r[axis]], [y], marker=marker, s=60, facecolors="none", edgecolors="#495057",
-                           zorder=2, label="_nolegend_" if opens else "interval open (too few requests)")  # fmt: skip
+                           transform=past, zorder=4,
+                           label="_nolegend_" if opens else "interval open (too few requests)")  # fmt: skip
                 opens = True
+
+
+OPEN_OFFSET_PT = 9
+"""How far past its probe's estimate an open end's triangle is drawn, in points (a marker's size)."""
 
 
 def plan_figure(result: Any) -> Figure:

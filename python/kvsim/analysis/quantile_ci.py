@@ -29,11 +29,13 @@ def _fraction(name: str, x: float) -> float:
     no order statistic gives them an interval; NaN is no probability."""
     if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
         raise InvalidArgumentError(f"{name} {x!r} must be a number strictly between 0 and 1")
-    if not 0 < float(x) < 1:  # (False for NaN)
-        raise InvalidArgumentError(
-            f"{name} {x!r} must be strictly between 0 and 1 (the 0- and 1-quantiles, a distribution's "
-            "ends, have no order-statistics interval)"
+    if not 0 < x < 1:  # (False for NaN; compared before any float conversion, a huge int's)
+        why = (
+            "a confidence: 0.95 for a 95 % interval"
+            if name == "level"
+            else "the 0- and 1-quantiles, a distribution's ends, have no order-statistics interval"
         )
+        raise InvalidArgumentError(f"{name} {x!r} must be strictly between 0 and 1 ({why})")
     return float(x)
 
 

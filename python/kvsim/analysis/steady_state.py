@@ -13,6 +13,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
 
@@ -69,8 +72,24 @@ def short_of_steady(span: float, e2e: float) -> bool:
 
 def steady_requests(e2e: float, rate: float) -> int:
     """The requests a steady state needs at `rate` req/s: arrivals over `STEADY_SPANS` times the e2e p99
-    `e2e` (a floor: the e2e p99 grows as a longer run fills the engine)."""
-    return math.ceil(STEADY_SPANS * e2e * rate)
+    `e2e` (a floor: the e2e p99 grows as a longer run fills the engine).
+
+    Raises:
+        InvalidArgumentError: `e2e` or `rate` not a finite number of 0 or more (naming it), or their
+            product past 2**53 requests.
+    """
+    for name, x in (("e2e", e2e), ("rate", rate)):
+        ok = not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
+        if (
+            not ok
+            or (isinstance(x, (int, np.integer)) and abs(int(x)) > 2**53)
+            or not 0 <= float(x) < math.inf
+        ):
+            raise InvalidArgumentError(f"{name} {x!r} must be a finite number of 0 or more (s; req/s)")
+    need = STEADY_SPANS * float(e2e) * float(rate)
+    if need > 2**53:
+        raise InvalidArgumentError(f"e2e {e2e!r} at rate {rate!r} asks more requests than a count holds")
+    return math.ceil(need)
 
 
 def warmup(result: Any) -> tuple[int, float, float] | None:
@@ -163,12 +182,29 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
     no steady state, and the most requests one of them needs (the rows' `steady_requests`, kvsim run's
     count, `kvsim.analysis.sweep.steady_columns`; past `plan_sampling.SETTLE_CAP` given as more than that;
     left out where no rate can be told). None when no row is too short, or rows lack the columns (a
-    sweep file written before they were kept)."""
+    sweep file written before they were kept).
+
+    Raises:
+        InvalidArgumentError: `frame` not a polars DataFrame, `shown` not an integer of 1 or more, `axes`
+            not a sequence of the frame's column names.
+    """
     import polars as pl
 
     from kvsim.analysis.plan_sampling import SETTLE_CAP
     from kvsim.analysis.sweep_stats import parameter_columns
 
+    if not isinstance(frame, pl.DataFrame):
+        raise InvalidArgumentError(f"frame {type(frame).__name__} must be a sweep's polars DataFrame")
+    if isinstance(shown, bool) or not isinstance(shown, (int, np.integer)) or shown < 1:
+        raise InvalidArgumentError(
+            f"shown {shown!r} must be a count of points to name (an integer, 1 or more)"
+        )
+    if axes is not None:
+        if isinstance(axes, (str, bytes)) or not isinstance(axes, Sequence):
+            raise InvalidArgumentError(f"axes {axes!r} must be a sequence of column names (a list)")
+        unknown = [a for a in axes if not isinstance(a, str) or a not in frame.columns]
+        if unknown:
+            raise InvalidArgumentError(f"axes {unknown!r}: not columns of the sweep's frame")
     need = {"arrival_span_s", "e2e_s_p99"}
     if frame.height == 0 or not need <= set(frame.columns):
         return None

@@ -591,7 +591,8 @@ def _split(
         + ("; 95% CI: each SLO's interval at the answer's probe" if cis else "")
         + (
             "; bound vs CI: whether a bound lies inside the interval at the answer or at the failing probe next "
-            'to it (THE VERDICTS REST ON THE SAMPLE below; DESIGN.md §Capacity search, "Sampling")'
+            "to it, INSIDE:<slo>@<decode replicas> naming the probe, whose interval the 95% CI columns may not "
+            'show (THE VERDICTS REST ON THE SAMPLE below; DESIGN.md §Capacity search, "Sampling")'
             if inside
             else ""
         )
