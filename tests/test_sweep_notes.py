@@ -167,6 +167,6 @@ def test_rows_without_the_columns_get_no_note():
     assert sweep_too_short_note(old) is None
     assert sweep_too_short_note(old.with_columns(arrival_span_s=pl.lit(None, pl.Float64))) is None
     assert sweep_too_short_note(old.with_columns(arrival_span_s=pl.lit(15.0))) is None  # (exactly 5 times)
-    assert "at 1 of the sweep's 1 point: the sweep's point (arrivals over 4.7 times" in (
+    assert "at 1 of the sweep's 1 point: the sweep's point (arrivals over 4.67 times" in (
         sweep_too_short_note(old.with_columns(arrival_span_s=pl.lit(14.0))) or ""
     )
