@@ -273,3 +273,29 @@ def test_the_ratio_never_rounds_up_to_the_rule_and_the_count_always_exceeds_the_
         for rate in (0.1, 1.0, 6.0, 100.0):
             assert steady_requests(30.0, rate, 1000, span) > 1000
     assert steady_requests(30.0, 6.0) == math.ceil(STEADY_SPANS * 30.0 * 6.0)
+
+
+def test_the_plot_carries_the_answers_caveats():
+    """newcomer46 #2: the plot's titles said "converged" while the text said NOT A STEADY STATE and THE
+    VERDICT RESTS ON THE SAMPLE; each panel's title now carries what the text does, and a steady answer
+    clear of its intervals carries neither."""
+    slo = SLO("ttft_p99", 2.0)
+    base = {"round": [0, 1], "rate": [6.189, 6.242], "passed": [True, False], "ttft_p99": [1.8, 2.4],
+            "completed": [1000, 1000], "rejected": [0, 0], "overloaded": [False, False],
+            "arrival_span_s": [160.0, 159.0], "e2e_s_p99": [32.3, 33.0]}  # fmt: skip
+    short = pl.DataFrame({**base, "steady": [False, False], "outside_ci": [False, True]})
+    res = PlanResult("rate", 6.189, (6.189, 6.242), 0.0, "converged", (slo,), short)
+    assert res.steady is False
+    assert res.outside_ci is False
+    assert "NOT A STEADY STATE" in res.message
+    assert " ON THE SAMPLE: " in res.message
+    (ax,) = res.figure().get_axes()
+    title = " ".join(ax.get_title().split())
+    assert "NOT A STEADY STATE (run too short); RESTS ON THE SAMPLE" in title
+    clean = pl.DataFrame({**base, "steady": [True, True], "outside_ci": [True, True]})
+    res = PlanResult("rate", 6.189, (6.189, 6.242), 0.0, "converged", (slo,), clean)
+    assert "STEADY" not in res.message
+    assert "SAMPLE" not in res.message
+    (ax,) = res.figure().get_axes()
+    assert "STEADY" not in ax.get_title()
+    assert "SAMPLE" not in ax.get_title()
