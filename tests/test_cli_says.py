@@ -297,7 +297,7 @@ def test_a_run_in_which_no_step_ran_shows_no_means(capsys):
     ):
         assert rows[label].startswith("-"), (label, rows[label])
     assert rows["peak batch"] == "0 sequences"
-    assert rows["evictions"] == "0 blocks"
+    assert rows["evictions (cached free blocks reused)"] == "0 blocks"
     assert rows["requests rejected"] == "50"
 
 
@@ -482,3 +482,29 @@ def test_a_sweeps_invalid_combinations_agree_with_their_count(capsys, tmp_path):
     argv += ["--grid", "block_size=16,32"]
     assert main([*argv, "--output", str(tmp_path / "b.parquet")]) == 0
     assert "note: 2 invalid grid combinations skipped (--skip-invalid): " in capsys.readouterr().out
+
+
+def test_evictions_in_a_run_far_from_full_are_said_to_be_reuses_not_pressure(capsys):
+    """newcomer46 #3: a run peaking at 30 % of its pool still counts ten thousand evictions, every block
+    allocated once the never-used ones ran out taking the oldest cached free one. The row says what it
+    counts, and the not-memory-bound note says they are reuses, not pressure, with the count in the row
+    and vLLM's metric for them."""
+    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--kv-cache-memory-bytes", "4GiB",
+            "--max-model-len", "8192", "--workload", "sharegpt:arrival_rate=8", "--requests", "400"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    (row,) = [line for line in out if line.strip().startswith("evictions")]
+    label, count = re.split(r"\s{2,}", row.strip())
+    assert label == "evictions (cached free blocks reused)"
+    n = int(count.removesuffix(" blocks").replace(",", ""))
+    assert n > 1000
+    (note,) = [line for line in out if line.startswith("note: not memory-bound")]
+    assert note.endswith(
+        f"; the run's {n:,} evictions are cached free blocks reused for new ones (vLLM's prefix-cache "
+        "evictions, which it times, sampled, as vllm:kv_block_idle_before_evict_seconds with "
+        "--kv-cache-metrics), not memory pressure"
+    )
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["summary"]["evictions"] == n
+    assert data["summary"]["peak_allocated_fraction"] < 0.5
