@@ -46,7 +46,11 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         how = (
             "kvsim runs a pool given in blocks (--num-gpu-blocks-override) whatever it holds, as an experiment"
             if cfg.pool.source == "num_blocks"
-            else "kvsim runs it without a GPU as an experiment; with --gpu it refuses it as vLLM does"
+            else (
+                "kvsim runs it because no GPU is named: a pool in bytes without one is no deployment vLLM "
+                "could start but kvsim's experiment (the tests' small pools), so vLLM's refusal is this note; "
+                "with --gpu it is a deployment, and kvsim refuses it with an error as vLLM does"
+            )
         )
         notes.append(
             f"vLLM refuses this pool at start-up, so it never serves with the vllm: figures above: {refusal}. {how}"
