@@ -374,7 +374,7 @@ def test_a_sweep_says_which_combinations_skip_invalid_left_out(capsys, tmp_path)
     argv += ["--grid", "max_model_len=2048,4096", "--requests", "50", "--skip-invalid", "--output", str(out)]
     assert main([*argv, "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "sweep: 2 points run" in printed
+    assert "sweep: 2 runs now" in printed
     # (50 requests are too short for a steady state: that note is tests/test_sweep_notes.py's)
     (note,) = [
         line for line in printed.splitlines() if line.startswith("note: ") and "steady state" not in line
