@@ -508,3 +508,66 @@ def test_evictions_in_a_run_far_from_full_are_said_to_be_reuses_not_pressure(cap
     data = json.loads(capsys.readouterr().out)
     assert data["summary"]["evictions"] == n
     assert data["summary"]["peak_allocated_fraction"] < 0.5
+
+
+def test_a_hybrid_pools_block_adds_up_and_an_alias_is_named_as_given(capsys):
+    """newcomer46 #11: gemma-3-27b's pool line said "1 block = 1.2 MiB" for a 1.25 MiB block (10 layers ×
+    128 KiB), so its blocks × the block missed the GiB beside them; three significant figures now. And
+    `--model deepseek-r1` named deepseek-v3 in the pool and time lines while config said deepseek-r1:
+    they name the alias and the architecture it shares."""
+    from kvsim.model.units import fmt_bytes
+
+    argv = [
+        "run",
+        "--model",
+        "gemma-3-27b",
+        "--gpu",
+        "h100-80gb",
+        "--max-model-len",
+        "32768",
+        "--requests",
+        "5",
+    ]
+    assert main(argv) == 0
+    (pool,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pool: ")]
+    m = re.match(r"pool: ([\d,]+) blocks = ([\d.]+ GiB) in .*; block 16, 1 block = ([\d.]+) MiB \(", pool)
+    assert m is not None, pool
+    blocks, total, block = int(m[1].replace(",", "")), m[2], float(m[3])
+    assert block == 1.25
+    assert fmt_bytes(blocks * block * 2**20) == total
+    argv = [
+        "run",
+        "--model",
+        "deepseek-r1",
+        "--gpu",
+        "h200",
+        "--tensor-parallel-size",
+        "8",
+        "--requests",
+        "5",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    (pool,) = [line for line in out if line.startswith("pool: ")]
+    (time,) = [line for line in out if line.startswith("time: ")]
+    assert "; deepseek-r1 (deepseek-v3 architecture) 68.6 KiB per token, tp 8)" in pool
+    assert time.startswith("time: roofline of deepseek-r1 (deepseek-v3 architecture) on h200, ")
+    assert (
+        main(
+            [
+                "run",
+                "--model",
+                "deepseek-v3",
+                "--gpu",
+                "h200",
+                "--tensor-parallel-size",
+                "8",
+                "--requests",
+                "5",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "; deepseek-v3 68.6 KiB per token" in out
+    assert "architecture)" not in out
