@@ -273,8 +273,10 @@ def test_the_config_line_names_tier_knobs_only_with_a_tier(capsys):
     assert "kv_offloading_size=0.5 GiB," in line
     assert "kv_offloading_chunks=256" in line
     # ShareGPT-like prompts share nothing: no load, so no mean wait per load to show (was "0 ms").
-    loads = next(x for x in out if "[kv_offload_load_bytes]" in x)
-    assert re.search(r"\]\s+0 \(0 blocks", loads), loads
+    loads = next(x for x in out if x.strip().startswith("loads "))
+    assert re.search(
+        r"^  loads \(transfers: blocks, bytes\)\s+0 \(0 blocks, 0 B \[kv_offload_load_bytes\]\)$", loads
+    ), loads
     wait = next(x for x in out if "waiting for loads" in x)
     assert wait.endswith("- (no loads)")
 

@@ -479,7 +479,10 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
     def moved(name: str) -> str:
         done = {"load": "loaded", "store": "stored"}[name]
         b = s[f"{done}_bytes"]
-        return f"{s[f'{done}_blocks']:,} blocks" + (f", {fmt_bytes(b)}" if b is not None else "")
+        # (vLLM's bytes counter beside the bytes it counts: the row's first number is transfers, not bytes)
+        return f"{s[f'{done}_blocks']:,} blocks" + (
+            f", {fmt_bytes(b)} [kv_offload_{name}_bytes]" if b is not None else ""
+        )
 
     # A fleet's summary holds its replicas' tiers: the mean over all of them, the peak the fullest one's.
     per = config.kv_offloading_chunks
@@ -497,8 +500,8 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
         ("CPU tier hits [external_prefix_cache_hits]", share("cpu_hit_rate", " of prompt tokens")),
         ("computed (misses)", share("miss_rate", " of prompt tokens")),
         ("hits, first admissions (GPU + CPU)", share("hit_rate_first_admission")),
-        ("loads [kv_offload_load_bytes]", f"{s['loads']:,} ({moved('load')})"),
-        ("stores [kv_offload_store_bytes]", f"{s['stores']:,} ({moved('store')})"),
+        ("loads (transfers: blocks, bytes)", f"{s['loads']:,} ({moved('load')})"),
+        ("stores (transfers: blocks, bytes)", f"{s['stores']:,} ({moved('store')})"),
         (
             "store attempts, no room [allocation_failure]",
             f"{s['stores_failed']:,}" + (" (each offered again the next step)" if s["stores_failed"] else ""),
