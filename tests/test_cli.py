@@ -72,10 +72,10 @@ def test_bench_sweep_runs_a_grid(tmp_path, capsys):
     args = ["--grid", "block_size=16,32", "--base", "num_blocks=150", "--base", "time_model=ticks"]
     args += ["--requests", "60", "--seeds", "2", "--output", str(out), "--no-progress"]
     assert bench_main(args) == 0
-    assert "4 points run" in capsys.readouterr().out
+    assert "4 runs now" in capsys.readouterr().out
     assert pl.read_parquet(out).height == 4
     assert bench_main(args) == 0
-    assert "0 points run, 4 already" in capsys.readouterr().out
+    assert "0 runs now, 4 already" in capsys.readouterr().out
 
 
 def test_errors_exit_2(capsys):

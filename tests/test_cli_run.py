@@ -527,7 +527,7 @@ def test_a_run_too_short_for_a_steady_state_says_so(capsys):
 
     import numpy as np
 
-    from kvsim.analysis.steady_state import STEADY_SPANS
+    from kvsim.analysis.steady_state import STEADY_SPANS, fmt_spans
 
     argv = ["run", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "12GiB"]
     short = _json(capsys, [*argv, "--workload", "sharegpt:arrival_rate=3", "--requests", "300"])
@@ -544,12 +544,13 @@ def test_a_run_too_short_for_a_steady_state_says_so(capsys):
     assert span < STEADY_SPANS * e2e
     rate = 3.0  # (the workload's own rate, not the arrivals' (n - 1) / span)
     assert (
-        f"the 300 requests that finished arrived over {span:.3g} s, {span / e2e:.2g} times their e2e p99 "
+        f"the 300 requests that finished arrived over {span:.3g} s, {fmt_spans(span, e2e)} times their e2e p99 "
         f"of {e2e:.3g} s" in note
     )
     assert "the workload's rate, 3 requests/s" in note
     need = math.ceil(STEADY_SPANS * e2e * rate)
     assert need / rate >= STEADY_SPANS * e2e > (need - 1) / rate  # (arrivals at that rate over 5 e2e p99s)
+    assert need > 300
     assert f"about {need:,} requests at this rate, or more (--requests)" in note
     # The text says it too, as a note.
     assert main([*argv, "--workload", "sharegpt:arrival_rate=3", "--requests", "300"]) == 0

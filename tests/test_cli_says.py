@@ -273,8 +273,10 @@ def test_the_config_line_names_tier_knobs_only_with_a_tier(capsys):
     assert "kv_offloading_size=0.5 GiB," in line
     assert "kv_offloading_chunks=256" in line
     # ShareGPT-like prompts share nothing: no load, so no mean wait per load to show (was "0 ms").
-    loads = next(x for x in out if "[kv_offload_load_bytes]" in x)
-    assert re.search(r"\]\s+0 \(0 blocks", loads), loads
+    loads = next(x for x in out if x.strip().startswith("loads "))
+    assert re.search(
+        r"^  loads \(transfers: blocks, bytes\)\s+0 \(0 blocks, 0 B \[kv_offload_load_bytes\]\)$", loads
+    ), loads
     wait = next(x for x in out if "waiting for loads" in x)
     assert wait.endswith("- (no loads)")
 
@@ -297,7 +299,7 @@ def test_a_run_in_which_no_step_ran_shows_no_means(capsys):
     ):
         assert rows[label].startswith("-"), (label, rows[label])
     assert rows["peak batch"] == "0 sequences"
-    assert rows["evictions"] == "0 blocks"
+    assert rows["evictions (cached free blocks reused)"] == "0 blocks"
     assert rows["requests rejected"] == "50"
 
 
@@ -374,7 +376,7 @@ def test_a_sweep_says_which_combinations_skip_invalid_left_out(capsys, tmp_path)
     argv += ["--grid", "max_model_len=2048,4096", "--requests", "50", "--skip-invalid", "--output", str(out)]
     assert main([*argv, "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "sweep: 2 points run" in printed
+    assert "sweep: 2 runs now" in printed
     # (50 requests are too short for a steady state: that note is tests/test_sweep_notes.py's)
     (note,) = [
         line for line in printed.splitlines() if line.startswith("note: ") and "steady state" not in line
@@ -482,3 +484,92 @@ def test_a_sweeps_invalid_combinations_agree_with_their_count(capsys, tmp_path):
     argv += ["--grid", "block_size=16,32"]
     assert main([*argv, "--output", str(tmp_path / "b.parquet")]) == 0
     assert "note: 2 invalid grid combinations skipped (--skip-invalid): " in capsys.readouterr().out
+
+
+def test_evictions_in_a_run_far_from_full_are_said_to_be_reuses_not_pressure(capsys):
+    """newcomer46 #3: a run peaking at 30 % of its pool still counts ten thousand evictions, every block
+    allocated once the never-used ones ran out taking the oldest cached free one. The row says what it
+    counts, and the not-memory-bound note says they are reuses, not pressure, with the count in the row
+    and vLLM's metric for them."""
+    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--kv-cache-memory-bytes", "4GiB",
+            "--max-model-len", "8192", "--workload", "sharegpt:arrival_rate=8", "--requests", "400"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    (row,) = [line for line in out if line.strip().startswith("evictions")]
+    label, count = re.split(r"\s{2,}", row.strip())
+    assert label == "evictions (cached free blocks reused)"
+    n = int(count.removesuffix(" blocks").replace(",", ""))
+    assert n > 1000
+    (note,) = [line for line in out if line.startswith("note: not memory-bound")]
+    assert note.endswith(
+        f"; the run's {n:,} evictions are cached free blocks reused for new ones (vLLM's prefix-cache "
+        "evictions, which it times, sampled, as vllm:kv_block_idle_before_evict_seconds with "
+        "--kv-cache-metrics), not memory pressure"
+    )
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["summary"]["evictions"] == n
+    assert data["summary"]["peak_allocated_fraction"] < 0.5
+
+
+def test_a_hybrid_pools_block_adds_up_and_an_alias_is_named_as_given(capsys):
+    """newcomer46 #11: gemma-3-27b's pool line said "1 block = 1.2 MiB" for a 1.25 MiB block (10 layers ×
+    128 KiB), so its blocks × the block missed the GiB beside them; three significant figures now. And
+    `--model deepseek-r1` named deepseek-v3 in the pool and time lines while config said deepseek-r1:
+    they name the alias and the architecture it shares."""
+    from kvsim.model.units import fmt_bytes
+
+    argv = [
+        "run",
+        "--model",
+        "gemma-3-27b",
+        "--gpu",
+        "h100-80gb",
+        "--max-model-len",
+        "32768",
+        "--requests",
+        "5",
+    ]
+    assert main(argv) == 0
+    (pool,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pool: ")]
+    m = re.match(r"pool: ([\d,]+) blocks = ([\d.]+ GiB) in .*; block 16, 1 block = ([\d.]+) MiB \(", pool)
+    assert m is not None, pool
+    blocks, total, block = int(m[1].replace(",", "")), m[2], float(m[3])
+    assert block == 1.25
+    assert fmt_bytes(blocks * block * 2**20) == total
+    argv = [
+        "run",
+        "--model",
+        "deepseek-r1",
+        "--gpu",
+        "h200",
+        "--tensor-parallel-size",
+        "8",
+        "--requests",
+        "5",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    (pool,) = [line for line in out if line.startswith("pool: ")]
+    (time,) = [line for line in out if line.startswith("time: ")]
+    assert "; deepseek-r1 (deepseek-v3 architecture) 68.6 KiB per token, tp 8)" in pool
+    assert time.startswith("time: roofline of deepseek-r1 (deepseek-v3 architecture) on h200, ")
+    assert (
+        main(
+            [
+                "run",
+                "--model",
+                "deepseek-v3",
+                "--gpu",
+                "h200",
+                "--tensor-parallel-size",
+                "8",
+                "--requests",
+                "5",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "; deepseek-v3 68.6 KiB per token" in out
+    assert "architecture)" not in out

@@ -241,9 +241,13 @@ def test_cli_split_gives_the_answers_intervals_as_the_rate_search_does(capsys):
 
     assert "∞)" in agg
     assert any(
-        line.startswith("aggregated: THE VERDICTS REST ON THE SAMPLE: replicas 2 passes") for line in out
+        line.startswith("aggregated: THE VERDICTS REST ON THE SAMPLE: 2 aggregated replicas passes")
+        for line in out
     )
-    assert any(line.startswith("P=1: THE VERDICTS REST ON THE SAMPLE: ") for line in out)
+    # (the split's axis is its decode replicas: "replicas 1" read as one GPU for 1 prefill + 1 decode)
+    (split,) = [line for line in out if line.startswith("P=1: THE VERDICTS REST ON THE SAMPLE: ")]
+    assert "1 prefill + 1 decode replicas" in split
+    assert "replicas 1 " not in split
     more = [a if a != "200" else "2000" for a in CLI]
     assert main([*more, "--split", "--max-gpus", "4"]) == 0
     out = capsys.readouterr().out

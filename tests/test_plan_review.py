@@ -391,3 +391,28 @@ def test_a_memory_search_whose_every_probe_is_refused_says_its_rate(capsys, monk
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "workload: sharegpt, 5 requests; every probe at 1.5 req/s"
     assert "2 values failed without a run, refused by the configuration" in out[-1]
+
+
+def test_the_refusals_available_memory_is_reconciled_with_the_start_up_line(capsys):
+    """newcomer46 #4: 36 MiB of gpt-oss-20b without a GPU printed "Available KV cache memory: 0.04 GiB" and
+    then a refusal of "available KV cache memory (0.03 GiB)", both vLLM's words: the second is the memory
+    less the null block. The refusal now says so to the byte, so the two figures add up; and the note says
+    why no GPU makes it a note where --gpu makes it an error."""
+    argv = ["run", "--model", "gpt-oss-20b", "--kv-cache-memory-bytes", "36MiB", "--max-model-len", "4096",
+            "--requests", "20"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "vllm: Available KV cache memory: 0.04 GiB" in out
+    (note,) = [line for line in out if line.startswith("note: vLLM refuses this pool at start-up")]
+    assert "larger than the available KV cache memory (0.03 GiB)" in note
+    # 36 MiB less one 384 KiB block: 35.625 MiB = 0.0348 GiB, which vLLM's two decimals print 0.03
+    assert f"{(36 * 2**20 - 384 * 2**10) / 2**30:.2f}" == "0.03"
+    assert (
+        "the available memory it checks is the KV memory less one block, the null block: 36.0 MiB − 384.0 KiB "
+        '= 35.6 MiB, below the 0.04 GiB of its "Available KV cache memory" line' in note
+    )
+    assert note.endswith(
+        "kvsim runs it because no GPU is named: a pool in bytes without one is no deployment vLLM could start "
+        "but kvsim's experiment (the tests' small pools), so vLLM's refusal is this note; with --gpu it is a "
+        "deployment, and kvsim refuses it with an error as vLLM does"
+    )

@@ -16,7 +16,15 @@ import kvsim
 from kvsim.analysis.plan import at_rate, workload_rate
 from kvsim.analysis.plan_compare import Candidate, best_of
 from kvsim.analysis.plan_search import SLO, PlanResult
-from kvsim.analysis.steady_state import STEADY_SPANS, queue_growth, too_short
+from kvsim.analysis.steady_state import (
+    STEADY_SPANS,
+    fmt_spans,
+    queue_growth,
+    steady_requests,
+    sweep_too_short_note,
+    too_short,
+    too_short_note,
+)
 from kvsim.cli import main
 from kvsim.workloads.registry import make_workload, parse_workload
 
@@ -222,3 +230,72 @@ def test_an_inverse_searchs_answer_too_short_says_its_rate():
         "arrived over 1.5 s, 0.2 times their e2e p99 of 7.5 s; a steady state needs arrivals over 5 times "
         "it: about 7,500 requests at this rate, or more)"
     ) in res.message
+
+
+def test_a_run_just_short_of_the_rule_prints_below_it_and_asks_for_more_than_it_ran():
+    """newcomer46 #1: 1,000 requests arriving over 160 s against an e2e p99 of 32.3 s (4.95 times it, at a
+    probe rate of 6.189 req/s, a little under their own 999 / 160) printed "5 times" while flagged for not
+    reaching 5 times, and asked for "about 1,000 requests", the run itself. The ratio now prints below the
+    rule, and the count is the run's scaled by how far it fell short: 1,000 × 5 × 32.3 / 160 = 1,010."""
+    slo = SLO("ttft_p99", 2.0)
+    frame = pl.DataFrame(
+        {"round": [0], "rate": [6.189], "passed": [True], "ttft_p99": [1.8], "completed": [1000],
+         "rejected": [0], "overloaded": [False], "steady": [False], "arrival_span_s": [160.0],
+         "e2e_s_p99": [32.3]}
+    )  # fmt: skip
+    res = PlanResult("rate", 6.189, (6.189, 6.242), 0.0, "converged", (slo,), frame)
+    assert (
+        "its 1,000 requests arrived over 160 s, 4.95 times their e2e p99 of 32.3 s; a steady state needs "
+        "arrivals over 5 times it: about 1,010 requests at this rate, or more)"
+    ) in res.message
+    note = too_short_note(1000, 160.0, 32.3, 6.189)
+    assert "arrived over 160 s, 4.95 times their e2e p99 of 32.3 s" in note
+    assert "about 1,010 requests at this rate, or more (--requests)" in note
+    # A sweep's row at 173.02 s over 34.81 s (4.97 times) is named below 5 too.
+    row = pl.DataFrame({"point_id": ["a"], "seed": [1], "arrival_span_s": [173.02], "e2e_s_p99": [34.81],
+                        "steady_requests": [steady_requests(34.81, 6.0, 1000, 173.02)]})  # fmt: skip
+    swept = sweep_too_short_note(row) or ""
+    assert "(arrivals over 4.97 times its e2e p99)" in swept
+    assert "about 1,045 requests or more (--requests)" in swept  # (5 × 34.81 × 6 req/s: more than it ran)
+
+
+def test_the_ratio_never_rounds_up_to_the_rule_and_the_count_always_exceeds_the_run():
+    """`fmt_spans` rounds to three figures except where that would reach `STEADY_SPANS` from below;
+    `steady_requests` for a short run is more than it ran, whatever the rate it is asked at."""
+    assert fmt_spans(4.996, 1.0) == "4.99"
+    assert fmt_spans(4.9999, 1.0) == "4.99"
+    assert fmt_spans(14.0, 3.0) == "4.67"
+    assert fmt_spans(2.5, 1.0) == "2.5"
+    assert fmt_spans(5.0, 1.0) == "5"
+    for ratio in (0.3, 2.0, 4.5, 4.95, 4.999):
+        span = ratio * 30.0
+        assert float(fmt_spans(span, 30.0)) < STEADY_SPANS
+        for rate in (0.1, 1.0, 6.0, 100.0):
+            assert steady_requests(30.0, rate, 1000, span) > 1000
+    assert steady_requests(30.0, 6.0) == math.ceil(STEADY_SPANS * 30.0 * 6.0)
+
+
+def test_the_plot_carries_the_answers_caveats():
+    """newcomer46 #2: the plot's titles said "converged" while the text said NOT A STEADY STATE and THE
+    VERDICT RESTS ON THE SAMPLE; each panel's title now carries what the text does, and a steady answer
+    clear of its intervals carries neither."""
+    slo = SLO("ttft_p99", 2.0)
+    base = {"round": [0, 1], "rate": [6.189, 6.242], "passed": [True, False], "ttft_p99": [1.8, 2.4],
+            "completed": [1000, 1000], "rejected": [0, 0], "overloaded": [False, False],
+            "arrival_span_s": [160.0, 159.0], "e2e_s_p99": [32.3, 33.0]}  # fmt: skip
+    short = pl.DataFrame({**base, "steady": [False, False], "outside_ci": [False, True]})
+    res = PlanResult("rate", 6.189, (6.189, 6.242), 0.0, "converged", (slo,), short)
+    assert res.steady is False
+    assert res.outside_ci is False
+    assert "NOT A STEADY STATE" in res.message
+    assert " ON THE SAMPLE: " in res.message
+    (ax,) = res.figure().get_axes()
+    title = " ".join(ax.get_title().split())
+    assert "NOT A STEADY STATE (run too short); RESTS ON THE SAMPLE" in title
+    clean = pl.DataFrame({**base, "steady": [True, True], "outside_ci": [True, True]})
+    res = PlanResult("rate", 6.189, (6.189, 6.242), 0.0, "converged", (slo,), clean)
+    assert "STEADY" not in res.message
+    assert "SAMPLE" not in res.message
+    (ax,) = res.figure().get_axes()
+    assert "STEADY" not in ax.get_title()
+    assert "SAMPLE" not in ax.get_title()

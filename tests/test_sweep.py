@@ -395,16 +395,16 @@ def test_slos_are_part_of_the_point_identity_so_resume_never_mixes_rows(tmp_path
     out = tmp_path / "slo.parquet"
     argv = [*SLO_SWEEP, "--output", str(out), "--show", "throughput_rps"]
     assert main(argv) == 0  # no SLOs: no goodput columns
-    assert "4 points run" in capsys.readouterr().out
+    assert "4 runs now" in capsys.readouterr().out
     assert "request_goodput" not in pl.read_parquet(out).columns
     assert main([*argv, "--goodput", "ttft:1000"]) == 0  # other SLOs: the points run again, as new rows
-    assert "4 points run, 0 already" in capsys.readouterr().out
+    assert "4 runs now, 0 already" in capsys.readouterr().out
     assert main([*argv, "--goodput", "ttft:1000"]) == 0  # the same SLOs resume
-    assert "0 points run, 4 already" in capsys.readouterr().out
+    assert "0 runs now, 4 already" in capsys.readouterr().out
     assert main([*argv, "--goodput", "ttft:2000", "--show", "slo_attainment"]) == 0
-    assert "4 points run, 0 already" in capsys.readouterr().out
+    assert "4 runs now, 0 already" in capsys.readouterr().out
     assert main(argv) == 0  # and the sweep without SLOs still finds its rows
-    assert "0 points run, 4 already" in capsys.readouterr().out
+    assert "0 runs now, 4 already" in capsys.readouterr().out
     rows = pl.read_parquet(out)
     assert rows.height == 12
     assert rows["goodput_slos_ms"].to_list().count(None) == 4

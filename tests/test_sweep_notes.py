@@ -167,6 +167,29 @@ def test_rows_without_the_columns_get_no_note():
     assert sweep_too_short_note(old) is None
     assert sweep_too_short_note(old.with_columns(arrival_span_s=pl.lit(None, pl.Float64))) is None
     assert sweep_too_short_note(old.with_columns(arrival_span_s=pl.lit(15.0))) is None  # (exactly 5 times)
-    assert "at 1 of the sweep's 1 point: the sweep's point (arrivals over 4.7 times" in (
+    assert "at 1 of the sweep's 1 point: the sweep's point (arrivals over 4.67 times" in (
         sweep_too_short_note(old.with_columns(arrival_span_s=pl.lit(14.0))) or ""
     )
+
+
+def test_a_sweeps_header_counts_runs_and_says_what_they_are(capsys, tmp_path):
+    """newcomer46 #9: the header said "8 points run" (points × seeds) beside the note's "2 of the sweep's 4
+    points"; it counts runs now and says they are the points × the seeds, the note's points."""
+    out = tmp_path / "h.parquet"
+    argv = [
+        "sweep",
+        *OPT,
+        "--grid",
+        "max_num_seqs=16,64",
+        "--requests",
+        "20",
+        "--seeds",
+        "2",
+        "--output",
+        str(out),
+    ]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"sweep: 4 runs now, 0 already in {out}: 2 points × 2 seeds (")
+    (note,) = [x for x in lines if x.startswith(STEADY)]
+    assert note.startswith("note: not a steady state at 2 of the sweep's 2 points: ")

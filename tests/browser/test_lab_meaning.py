@@ -404,3 +404,53 @@ def test_a_step_in_the_address_outside_the_run_is_said_not_silently_moved(lab: L
     assert text.startswith('step "abc" in the address is not a step number: showing the opening step, '), text
     lab.open(preset="copilot", step=3)
     assert lab.page.locator("#banner").is_hidden()
+
+
+def test_the_chart_marks_the_pools_capacity_and_its_axes(sized_lab: LabPage) -> None:
+    """newcomer46 #6, #8: the memory chart draws the pool's capacity as a labelled line, the value the
+    pool's title states, so that memory-pressure shows its pool full; a pool far above the run (qwen3 at
+    4 GiB) is named with the chart's peak's share of it instead of flattening the lines. The time axis's
+    two ends are in one unit, and the y axis names its quantity."""
+    lab = sized_lab
+    lab.open(preset="memory-pressure")
+    bundle = lab.page.evaluate(
+        "({n: kvlab.replay.bundle.num_blocks, b: kvlab.replay.bundle.bytes_per_block})"
+    )
+    pool = json.loads(lab.page.get_attribute("#chart", "data-pool") or "{}")
+    assert pool["bytes"] == bundle["n"] * bundle["b"] == 80 * 2**20
+    assert pool["drawn"] is True
+    title = lab.page.locator("#grid-title").inner_text()
+    label = lab.page.locator('#chart-legend [data-series="pool"]').inner_text()
+    assert label == "pool capacity 80.00 MiB"
+    assert f"{bundle['n']} blocks · 80.00 MiB" in title
+    # The line is in the scale (the top tick at or above it), and the run fills the pool but its null block.
+    ticks = json.loads(lab.page.get_attribute("#chart", "data-yticks") or "[]")
+    assert ticks[-1]["value"] >= pool["bytes"]
+    assert pool["peak"] >= pool["bytes"] - bundle["b"]
+    # The line's pixels: a dotted row at the pool's height across the plot.
+    row = lab.page.evaluate(
+        """() => { const c = document.getElementById('chart'), g = kvlab.chart.geometry, dpr = c.width / g.w;
+          const y = Math.round((g.padT + g.ph - (kvlab.chart.pool.bytes / g.ymax) * g.ph) * dpr);
+          const d = c.getContext('2d').getImageData(0, y - 1, c.width, 3).data;
+          let lit = 0; for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 60 && d[i] > 150 && d[i + 2] > 150) lit += 1;
+          return lit / (g.pw * dpr); }"""
+    )
+    assert row > 0.2, row
+    # Both ends of the time axis in one unit, and a y label (drawn on the canvas: asserted through the
+    # functions that draw them).
+    ends = lab.page.evaluate(
+        "(async () => (await import('/static/js/chart.js')).timeEnds(kvlab.chart.geometry.t0, kvlab.chart.geometry.t1))()"
+    )
+    assert ends == ["0 ms", "195.0 ms"]
+    far = lab.page.evaluate(
+        "(async () => { const m = await import('/static/js/chart.js'); return [m.timeEnds(0, 2.5), m.timeEnds(0.25, 0.5)]; })()"
+    )
+    assert far == [["0 s", "2.500 s"], ["250.0 ms", "500.0 ms"]]
+    lab.open(preset="copilot", model="qwen3-30b-a3b", kv_cache_bytes=4 * 2**30)
+    pool = json.loads(lab.page.get_attribute("#chart", "data-pool") or "{}")
+    assert pool["drawn"] is False
+    ticks = json.loads(lab.page.get_attribute("#chart", "data-yticks") or "[]")
+    assert ticks[-1]["value"] < pool["bytes"] / 4
+    label = lab.page.locator('#chart-legend [data-series="pool"]').inner_text()
+    share = 100 * pool["peak"] / pool["bytes"]
+    assert label == f"pool capacity 4.00 GiB, above this scale (the chart's peak {share:.1f}% of it)"

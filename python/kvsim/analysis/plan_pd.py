@@ -24,6 +24,7 @@ gives the knees).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,8 +208,10 @@ class SplitPlan:
         searches = [("aggregated", self.aggregated_search)]
         if self.split is not None and self.split[0] in self.split_searches:
             searches.append((f"P={self.split[0]}", self.split_searches[self.split[0]]))
-        lines += [f"{name}: {r.steady_caveat()}" for name, r in searches if r.steady is False]
-        lines += [f"{name}: {r.sample_caveat()}" for name, r in searches if r.outside_ci is False]
+        lines += [f"{name}: {_fleet(name, r.steady_caveat())}" for name, r in searches if r.steady is False]
+        lines += [
+            f"{name}: {_fleet(name, r.sample_caveat())}" for name, r in searches if r.outside_ci is False
+        ]
         lines += self._aside_lines()
         if self.violations:
             pairs = ", ".join(f"{w}: {a} passes, {b} fails" for w, a, b in self.violations[:3])
@@ -418,6 +421,14 @@ def best_per_gpu(knees: Mapping[tuple[int, int], float | None], gpus_per_replica
     a, s = best["aggregated"], best["disaggregated"]
     ratio = None if a is None or s is None or a[1] <= 0 else s[1] / a[1]
     return {**best, "ratio": ratio}
+
+
+def _fleet(name: str, text: str) -> str:
+    """A search's caveat in its fleet's words: its axis, "replicas D", is a split's decode replicas beside
+    its P prefill ones ("the run at replicas 1" read as one GPU for 1 prefill + 1 decode: newcomer46)."""
+    if name.startswith("P="):
+        return re.sub(r"\breplicas (\d+)", rf"{name[2:]} prefill + \1 decode replicas", text)
+    return re.sub(r"\breplicas (\d+)", r"\1 aggregated replicas", text)
 
 
 __all__ = ["SplitPlan", "best_per_gpu", "best_split", "fleet_knee", "gpus_per_replica", "pd_probe"]

@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from kvsim.analysis.plan_sampling import fmt_interval, interval, sample_caveat, unsure_slos
-from kvsim.analysis.steady_state import STEADY_SPANS, steady_requests
+from kvsim.analysis.steady_state import STEADY_SPANS, fmt_spans, steady_requests
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
@@ -400,15 +400,16 @@ class PlanResult:
         span, e2e = row.get("arrival_span_s"), row.get("e2e_s_p99")
         if isinstance(span, float) and isinstance(e2e, float) and e2e > 0:
             rate = row.get("rate") if self.axis != "rate" else self.value
+            ran = done if isinstance(done, int) else None
             need = (
-                f": about {fmt_count(steady_requests(e2e, rate), 'request')} at this rate, or more"
+                f": about {fmt_count(steady_requests(e2e, rate, ran, span), 'request')} at this rate, or more"
                 if isinstance(rate, float | int) and rate > 0
                 else ""
             )
             if self.axis != "rate":  # ("its N requests, arriving at R req/s," would arrive twice)
                 what = what.replace(", arriving at ", " at ").rstrip(",")
             timing = (
-                f"{what} arrived over {span:.3g} s, {span / e2e:.2g} times their e2e p99 of {e2e:.3g} s; a "
+                f"{what} arrived over {span:.3g} s, {fmt_spans(span, e2e)} times their e2e p99 of {e2e:.3g} s; a "
                 f"steady state needs arrivals over {STEADY_SPANS:g} times it{need}"
             )
         else:

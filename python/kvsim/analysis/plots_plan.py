@@ -17,7 +17,8 @@ from kvsim.analysis.plots_common import FONT_SIZE, _chars, _empty, _fig, _title,
 
 
 def plan_finding(result: Any) -> str:
-    """The second title line of a capacity search's plot: its answer and bracket, from the result."""
+    """The second title line of a capacity search's plot: its answer and bracket, from the result, and a
+    line for each caveat its text carries (not a steady state, a verdict resting on the sample)."""
     lo, hi = result.bracket
     fmt = result._fmt
     if result.value is None:
@@ -28,6 +29,16 @@ def plan_finding(result: Any) -> str:
         head = f"smallest passing {result.axis}: {fmt(result.value)} ({fmt(lo)} fails; {result.status})"
     if result.violations:
         head += f"; NOT MONOTONE ({len(result.violations)} contradicting pairs)"
+    # (the text's caveats on the answer, so a figure pasted alone carries them: DESIGN.md §Capacity search)
+    caveats = []
+    if getattr(result, "steady", None) is False:
+        caveats.append(
+            f"NOT A STEADY STATE ({'overloaded' if getattr(result, 'burst', False) else 'run too short'})"
+        )
+    if getattr(result, "outside_ci", None) is False:
+        caveats.append("RESTS ON THE SAMPLE")
+    if caveats:
+        head += "\n" + "; ".join(caveats)
     return head
 
 

@@ -46,7 +46,11 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         how = (
             "kvsim runs a pool given in blocks (--num-gpu-blocks-override) whatever it holds, as an experiment"
             if cfg.pool.source == "num_blocks"
-            else "kvsim runs it without a GPU as an experiment; with --gpu it refuses it as vLLM does"
+            else (
+                "kvsim runs it because no GPU is named: a pool in bytes without one is no deployment vLLM "
+                "could start but kvsim's experiment (the tests' small pools), so vLLM's refusal is this note; "
+                "with --gpu it is a deployment, and kvsim refuses it with an error as vLLM does"
+            )
         )
         notes.append(
             f"vLLM refuses this pool at start-up, so it never serves with the vllm: figures above: {refusal}. {how}"
@@ -77,11 +81,20 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
                 "; the rest of the wait for that step is the prefill pool's and the link's: "
                 + ", ".join(f"{name} p99 {1000 * v:,.1f} ms" for name, v in parts.items())
             )
+    # (evictions in a calm run are the free queue's cached blocks reused once its never-used ones ran out:
+    # every allocation past them takes the oldest; said so beside the note, lest they read as pressure)
+    reused = (
+        f"; the run's {s['evictions']:,} evictions are cached free blocks reused for new ones (vLLM's prefix-cache "
+        "evictions, which it times, sampled, as vllm:kv_block_idle_before_evict_seconds with "
+        "--kv-cache-metrics), not memory pressure"
+        if s.get("evictions")
+        else ""
+    )
     if calm and (queue is None or e2e is None or queue <= 0.01 * e2e):
         notes.append(
             f"not memory-bound: {pool.format(_pct(peak))}, nothing was preempted and requests barely "
             f"queued{where} (p99 {1000 * max(queue or 0.0, 0.0):.1f} ms{span}{remote}); {knobs} cannot change "
-            "this answer; raise the load to see them"
+            f"this answer; raise the load to see them{reused}"
         )
     elif calm:
         # Overloaded, but not by memory: requests queued while the pool never came near full and nothing
@@ -99,7 +112,7 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         notes.append(
             f"not memory-bound: requests queued{where} (p99 {1000 * queue:,.1f} ms{span}{remote}) but "
             f"{pool.format(_pct(peak))} and nothing was preempted: {limit}, not for memory; {knobs} cannot "
-            "change this answer"
+            f"change this answer{reused}"
         )
     growth = queue_growth(result)
     if growth is not None:
@@ -290,6 +303,12 @@ def note_rate(workload: Any, finished: int, observed: float) -> tuple[float, str
     return None
 
 
+EVICTIONS = "evictions (cached free blocks reused)"
+"""The run report's label for `evictions` (DESIGN.md §Metrics): the cached free blocks a new block took
+(vLLM's free queue hands out its oldest, dropping the hash a prefix could have hit), which a run far from
+full counts by the ten thousand once the never-used blocks run out, so "evictions" alone read as memory
+pressure (newcomer46)."""
+
 _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     (
         "throughput",
@@ -324,7 +343,7 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("prefix_hit_rate", "prefix hit rate", "%"),
             ("prefix_hit_rate_first_admission", "prefix hit rate (first admissions)", "%"),
             ("blocks_saved_by_sharing", "blocks saved by sharing", "blocks"),
-            ("evictions", "evictions", "blocks"),
+            ("evictions", EVICTIONS, "blocks"),
             ("cow_copies", "copy-on-write copies", "blocks"),
         ),
     ),
@@ -347,7 +366,7 @@ _PD_CACHE = (
     ("prefix_hit_rate", "prefix hit rate, both pools", "%"),
     ("prefix_hit_rate_first_admission", "  first admissions, both pools", "%"),
     ("blocks_saved_by_sharing", "blocks saved by sharing", "blocks"),
-    ("evictions", "evictions", "blocks"),
+    ("evictions", EVICTIONS, "blocks"),
     ("cow_copies", "copy-on-write copies", "blocks"),
 )
 _PD_CACHE_NOTE = (
@@ -460,7 +479,10 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
     def moved(name: str) -> str:
         done = {"load": "loaded", "store": "stored"}[name]
         b = s[f"{done}_bytes"]
-        return f"{s[f'{done}_blocks']:,} blocks" + (f", {fmt_bytes(b)}" if b is not None else "")
+        # (vLLM's bytes counter beside the bytes it counts: the row's first number is transfers, not bytes)
+        return f"{s[f'{done}_blocks']:,} blocks" + (
+            f", {fmt_bytes(b)} [kv_offload_{name}_bytes]" if b is not None else ""
+        )
 
     # A fleet's summary holds its replicas' tiers: the mean over all of them, the peak the fullest one's.
     per = config.kv_offloading_chunks
@@ -478,8 +500,8 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
         ("CPU tier hits [external_prefix_cache_hits]", share("cpu_hit_rate", " of prompt tokens")),
         ("computed (misses)", share("miss_rate", " of prompt tokens")),
         ("hits, first admissions (GPU + CPU)", share("hit_rate_first_admission")),
-        ("loads [kv_offload_load_bytes]", f"{s['loads']:,} ({moved('load')})"),
-        ("stores [kv_offload_store_bytes]", f"{s['stores']:,} ({moved('store')})"),
+        ("loads (transfers: blocks, bytes)", f"{s['loads']:,} ({moved('load')})"),
+        ("stores (transfers: blocks, bytes)", f"{s['stores']:,} ({moved('store')})"),
         (
             "store attempts, no room [allocation_failure]",
             f"{s['stores_failed']:,}" + (" (each offered again the next step)" if s["stores_failed"] else ""),

@@ -70,9 +70,21 @@ def short_of_steady(span: float, e2e: float) -> bool:
     return span < STEADY_SPANS * e2e
 
 
-def steady_requests(e2e: float, rate: float) -> int:
+MIN_RATE_ARRIVALS = 10
+"""The fewest finished requests whose arrivals' span `kvsim run`'s too-short note takes a rate from when
+the workload states none (a trace): from fewer the span is a handful of gaps (2 requests: one gap, a
+rate anywhere from a few to 10^9 requests/s), and the note says the rate cannot be told."""
+
+
+def steady_requests(e2e: float, rate: float, finished: int | None = None, span: float | None = None) -> int:
     """The requests a steady state needs at `rate` req/s: arrivals over `STEADY_SPANS` times the e2e p99
-    `e2e` (a floor: the e2e p99 grows as a longer run fills the engine).
+    `e2e` (a floor: the e2e p99 grows as a longer run fills the engine). Given the run's `finished`
+    requests and the `span` of their arrivals (seconds) when it was too short (`short_of_steady`), never
+    that many or fewer: where the count at `rate` is no more than it ran (its arrivals came faster than
+    the rate, by chance), the run's count scaled by how far it fell short (`finished` × `STEADY_SPANS` ×
+    `e2e` / `span`; from `MIN_RATE_ARRIVALS` of them on, fewer giving no rate to trust) and at least one
+    more than it ran (1,000 requests over 4.95 e2e p99s at a nominal 6.189 req/s, arriving at 6.24, asked
+    for 1,000 until 2026-12-06; now 1,010).
 
     Raises:
         InvalidArgumentError: `e2e` or `rate` not a finite number of 0 or more (naming it), or their
@@ -86,10 +98,33 @@ def steady_requests(e2e: float, rate: float) -> int:
             or not 0 <= float(x) < math.inf
         ):
             raise InvalidArgumentError(f"{name} {x!r} must be a finite number of 0 or more (s; req/s)")
-    need = STEADY_SPANS * float(e2e) * float(rate)
-    if need > 2**53:
+    need_f = STEADY_SPANS * float(e2e) * float(rate)
+    if need_f > 2**53:
         raise InvalidArgumentError(f"e2e {e2e!r} at rate {rate!r} asks more requests than a count holds")
-    return math.ceil(need)
+    need = math.ceil(need_f)
+    if (
+        finished is not None
+        and span is not None
+        and span > 0
+        and short_of_steady(span, e2e)
+        and need <= finished
+    ):
+        need = finished + 1
+        if finished >= MIN_RATE_ARRIVALS:
+            need = max(need, math.ceil(finished * STEADY_SPANS * e2e / span))
+    return need
+
+
+def fmt_spans(span: float, e2e: float) -> str:
+    """How many times the e2e p99 `e2e` arrivals over `span` seconds lasted, as the notes print it: three
+    significant figures, rounded down where rounding would reach `STEADY_SPANS` from below, so a run short
+    of the rule never prints as meeting it (4.996 → "4.99", not "5"; 160 s over 32.3 s → "4.95")."""
+    ratio = span / e2e
+    text = f"{ratio:.3g}"
+    if ratio < STEADY_SPANS <= float(text):
+        places = 2 - math.floor(math.log10(ratio))
+        text = f"{math.floor(ratio * 10**places) / 10**places:.{places}f}"
+    return text
 
 
 def warmup(result: Any) -> tuple[int, float, float] | None:
@@ -124,12 +159,6 @@ def too_short(result: Any) -> tuple[float, float, float] | None:
     return span, e2e, (n - 1) / span if span > 0 else math.inf
 
 
-MIN_RATE_ARRIVALS = 10
-"""The fewest finished requests whose arrivals' span `kvsim run`'s too-short note takes a rate from when
-the workload states none (a trace): from fewer the span is a handful of gaps (2 requests: one gap, a
-rate anywhere from a few to 10^9 requests/s), and the note says the rate cannot be told."""
-
-
 def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[float, str] | None) -> str:
     """`kvsim run`'s note on a run too short to reach a steady state (`too_short`'s figures; DESIGN.md
     §Capacity search, "Steady state"): how long the finished requests arrived over against their e2e p99,
@@ -148,7 +177,7 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[f
             "those: --workload NAME:arrival_rate=R)"
         )
     head = (
-        f"not a steady state: the {done} that finished arrived over {span:.3g} s, {span / e2e:.2g} times "
+        f"not a steady state: the {done} that finished arrived over {span:.3g} s, {fmt_spans(span, e2e)} times "
         f"their e2e p99 of {e2e:.3g} s, and a run starts empty: until its arrivals have lasted about its "
         "requests' longest latencies the engine holds fewer of them than the rate keeps in it, so the "
         "latencies, batch and memory above were measured on a lighter engine than "
@@ -161,7 +190,7 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[f
             "generator's arrival_rate states one)"
         )
     value, whose = rate if isinstance(rate, tuple) else (rate, "their rate")
-    need = steady_requests(e2e, value)
+    need = steady_requests(e2e, value, finished, span)
     count = (
         f"more than {fmt_count(SETTLE_CAP, 'request')} at this rate, more than kvsim usefully runs"
         if need > SETTLE_CAP
@@ -226,7 +255,9 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
         if r["arrival_span_s"] <= 0:
             labels.append(f"{name} (arrived at once: a batch, not a rate)")
         else:
-            labels.append(f"{name} (arrivals over {r['spans']:.2g} times its e2e p99)")
+            labels.append(
+                f"{name} (arrivals over {fmt_spans(r['arrival_span_s'], r['e2e_s_p99'])} times its e2e p99)"
+            )
     more = f"; and {len(labels) - shown} more" if len(labels) > shown else ""
     one = len(points) == 1
     whose = "that point's" if one else "those points'"
@@ -259,6 +290,7 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
 __all__ = [
     "MIN_RATE_ARRIVALS",
     "STEADY_SPANS",
+    "fmt_spans",
     "queue_growth",
     "short_of_steady",
     "steady_requests",

@@ -293,7 +293,7 @@ def steady_columns(result: Any, workload: Any) -> dict[str, Any]:
         return {"arrival_span_s": None, "steady_requests": None}
     finished, span, e2e = w
     rate = note_rate(workload, finished, (finished - 1) / span if span > 0 else math.inf)
-    need = None if rate is None or span <= 0 else steady_requests(e2e, rate[0])
+    need = None if rate is None or span <= 0 else steady_requests(e2e, rate[0], finished, span)
     return {"arrival_span_s": span, "steady_requests": need}
 
 

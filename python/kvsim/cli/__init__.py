@@ -512,6 +512,21 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
     return agg.select(cols)
 
 
+def _runs_of(outcome: Any) -> str:
+    """What the sweep's runs are, where its rows say: ": 4 points × 2 seeds" (a row is a run, one point's
+    one seed; the notes count points, newcomer46 found "8 points run" beside "2 of the sweep's 4 points")."""
+    from kvsim.analysis.sweep_stats import parameter_columns
+
+    frame = outcome.frame
+    params = parameter_columns(frame)
+    if frame.height == 0 or not params or "seed" not in frame.columns:
+        return ""
+    points, seeds = frame.select(params).unique().height, frame["seed"].n_unique()
+    if points * seeds != outcome.ran + outcome.skipped:
+        return ""
+    return f": {fmt_count(points, 'point')} × {fmt_count(seeds, 'seed')}"
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     spec, options = spec_from_args(args)
     if not any(k in spec.base or k in spec.grid for k in ("num_blocks", "model")):
@@ -551,10 +566,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         skip_invalid=args.skip_invalid,
     )
-    print(
-        f"{spec.name}: {fmt_count(outcome.ran, 'point')} run, {outcome.skipped:,} already in {outcome.path} "
-        f"({outcome.wall_s:.1f} s)"
-    )
+    print(f"{spec.name}: {fmt_count(outcome.ran, 'run')} now, {outcome.skipped:,} already in {outcome.path}"
+          f"{_runs_of(outcome)} ({outcome.wall_s:.1f} s)")  # fmt: skip
     if args.skip_invalid:
         bad = spec.invalid()
         if bad:  # (what --skip-invalid left out, and why: it said nothing)

@@ -227,10 +227,11 @@ class ConfigTimeModel:
                 f"{fmt_duration_ps(self.c_ctx_ps)} a context token read"
             )
         rt = self.roofline
+        from kvsim.model.models import model_label
         from kvsim.model.models import resolve as resolve_model
 
-        # (the model as resolved, as the pool line names it: an alias, deepseek-r1, is deepseek-v3's preset)
-        model = resolve_model(self.model).name if self.model is not None else None
+        # (the model as the pool line names it: an alias, deepseek-r1, with the preset it resolves to)
+        model = model_label(self.model, resolve_model(self.model).name) if self.model is not None else None
         gpu = getattr(self.gpu, "name", self.gpu)
         if getattr(self, "_hand_roofline", None) is not None:
             head = "time: roofline of hand-set coefficients"

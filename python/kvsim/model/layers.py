@@ -445,7 +445,7 @@ class KVLayout:
 
     def describe(self) -> str:
         """`2 groups: sliding_window 128 ×18 layers, full ×18 layers; block 16; 1 block = 2.25 MiB`."""
-        from kvsim.model.units import fmt_bytes
+        from kvsim.model.units import fmt_bytes_exact
 
         parts = []
         uniform = all(g.block_size == self.block_size for g in self.groups)
@@ -461,7 +461,7 @@ class KVLayout:
         block = f"block {self.block_size}, " if uniform else ""
         return (
             f"{len(self.groups)} group{'s' if len(self.groups) != 1 else ''}: {', '.join(parts)}; "
-            f"{block}1 block = {fmt_bytes(self.bytes_per_block)}"
+            f"{block}1 block = {fmt_bytes_exact(self.bytes_per_block)}"
         )
 
 

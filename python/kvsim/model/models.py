@@ -226,6 +226,17 @@ def _preset(name: str) -> Model | None:
     return MODELS.get(low)
 
 
+def model_label(given: Model | str | None, name: str) -> str:
+    """The model as the pool and time lines name it: the preset's own name `name`, or where `given` is
+    an alias of it the alias, with the architecture it shares ("deepseek-r1 (deepseek-v3 architecture)":
+    `config:` said model=deepseek-r1 while those lines said deepseek-v3, newcomer46)."""
+    from kvsim.model.catalogue import ALIASES
+
+    if isinstance(given, str) and ALIASES.get(given.lower()) == name:
+        return f"{given.lower()} ({name} architecture)"
+    return name
+
+
 def resolve(model: Model | str) -> Model:
     """A `Model` from a `Model`, a preset name (any case; `-instruct` names resolve to their preset), a path
     to a Hugging Face `config.json` (or its folder), or a Hugging Face id (`org/name`) read from the local

@@ -50,7 +50,7 @@ from kvsim.model.linear_time import (
 )
 from kvsim.model.machete import machete_zero_bytes
 from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
-from kvsim.model.models import Model
+from kvsim.model.models import Model, model_label
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.mxfp4_padding import mxfp4_padding_bytes, mxfp4_triton_layout_bytes
 from kvsim.model.quant import min_capability
@@ -187,6 +187,7 @@ class PoolSizing:
     kv_room_bytes: int | None = None
     null_block: str = "within"
     vllm_refusal: str | None = None
+    model_label: str | None = None
 
     @property
     def pool_block_size(self) -> int:
@@ -232,7 +233,7 @@ class PoolSizing:
             head += f" in {groups}"
             per_token = (
                 # (state layers keep no token: the count is the attention layers', `Model.kv_bytes_per_token`)
-                f"{self.model} {fmt_bytes(self.kv_bytes_per_token or 0)} per token if every attention layer "
+                f"{self.model_label or self.model} {fmt_bytes(self.kv_bytes_per_token or 0)} per token if every attention layer "
                 "kept every token"
             )
         else:
@@ -243,7 +244,7 @@ class PoolSizing:
             if self.pool_bytes is not None:
                 head += f" = {fmt_bytes(self.pool_bytes)}"
             per_token = (
-                f"{self.model} {fmt_bytes(self.kv_bytes_per_token)} per token"
+                f"{self.model_label or self.model} {fmt_bytes(self.kv_bytes_per_token)} per token"
                 if self.model and self.kv_bytes_per_token
                 else ""
             )
@@ -405,6 +406,7 @@ def size_pool(
     common: dict[str, Any] = {
         "block_size": block_size,
         "model": m.name if m else None,
+        "model_label": model_label(model, m.name) if m else None,
         "kv_bytes_per_token": m.kv_bytes_per_token if m else None,
         "tensor_parallel_size": tp,
         "data_parallel_size": data_parallel_size if m is not None and m.num_experts else 1,

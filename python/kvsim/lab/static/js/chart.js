@@ -5,7 +5,7 @@
 // or drag on the chart to seek to the instant under the pointer.
 
 import { prepareCanvas } from "./grid.js";
-import { secs } from "./format.js";
+import { bytes, pct } from "./format.js";
 import { upperBound } from "./replay.js";
 
 // Drawn in this order. Stored is never above allocated (allocated = stored + tail slack): stored is an
@@ -19,8 +19,22 @@ export const SERIES = [
 const ON_LINK = "Includes the KV of blocks a CPU-tier load is still filling: they count as stored from the " +
   "load's admission (the engine's accounting), before their KV has crossed the host link.";
 // The plot's margins inside the canvas (the cursor box covers the plot only: not the step labels below).
-export const PAD = { l: 64, r: 8, t: 8, b: 16 };
+// (l: the tick labels and, rotated beside them, the axis's quantity)
+export const PAD = { l: 76, r: 8, t: 8, b: 16 };
+// The pool's capacity is drawn when the run's peak is at least this share of it: a lower peak would be a
+// flat line at the bottom of a scale stretched to the pool, so the legend gives the pool and the peak's share.
+const POOL_SCALE = 0.25;
+const POOL_COLOR = "rgba(230,236,245,0.7)"; // (a reference line, as the grid lines: not a series)
+const POOL_TITLE = "The pool's blocks × the bytes of a block, as the pool's title states it. One block is " +
+  "vLLM's null block, never handed out: a full pool's lines stop one block below this line.";
 const UNITS = [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10], ["B", 1]];
+
+/** The time axis's two ends in one unit, the later one's (ms under a second): ["0 ms", "50.0 ms"]. */
+export function timeEnds(t0, t1) {
+  const [unit, scale, digits] = t1 < 1 ? ["ms", 1000, 1] : ["s", 1, 3];
+  const at = (t) => (t === 0 ? `0 ${unit}` : `${(t * scale).toFixed(digits)} ${unit}`);
+  return [at(t0), at(t1)];
+}
 
 /** Y ticks at round values: a step of 1, 2 or 5 × 10^k in the unit of the largest value, from 0 to the
  * first multiple at or above `ymax`: [{value, label}]. */
@@ -76,10 +90,14 @@ export class Chart {
     // engine's accounting, as the paged panel's "Stored" and the inspector say): the legend says so too.
     const tiered = Boolean(replay.bundle && replay.bundle.tier);
     this.legend.hidden = this.canvas.dataset.empty === "true"; // (no line drawn: nothing to name)
+    const pool = this.pool;
     this.legend.innerHTML = SERIES.filter((s) => replay.hasMetric(s.name)).map((s) =>
       `<span data-series="${s.name}"${s.name === "paged_stored_bytes" && tiered ? ` title="${ON_LINK}"` : ""}>` +
       `<i class="${s.area ? "area" : s.dash ? "dash" : ""}" style="--c:${s.color}"></i>` +
-      `${s.name === "paged_stored_bytes" && tiered ? `${s.label} (loads in flight included)` : s.label}</span>`).join("");
+      `${s.name === "paged_stored_bytes" && tiered ? `${s.label} (loads in flight included)` : s.label}</span>`).join("") +
+      (!pool ? "" : pool.drawn
+        ? `<span data-series="pool" title="${POOL_TITLE}"><i class="dash" style="--c:${POOL_COLOR}"></i>pool capacity ${bytes(pool.bytes)}</span>`
+        : `<span data-series="pool">pool capacity ${bytes(pool.bytes)}, above this scale (the chart's peak ${pct(pool.peak / pool.bytes)} of it)</span>`);
   }
 
   /** The chart's time span: [first instant, last instant] (seconds). */
@@ -103,6 +121,7 @@ export class Chart {
     if (!replay) return;
     const { ctx, w, h } = prepareCanvas(this.canvas);
     ctx.clearRect(0, 0, w, h);
+    this.pool = null;
     const n = replay.numMoments - 1;
     // Each series with its own track's times (a contiguous column at the contiguous steps' times).
     const series = SERIES.map((s) => {
@@ -125,6 +144,12 @@ export class Chart {
       return;
     }
     this.cursor.hidden = false;
+    // The pool's capacity (the bytes of its blocks, as the pool's title states them), in the scale where the
+    // run's peak comes near it: a full pool then shows as lines at the capacity line.
+    const poolBytes = replay.bundle.num_blocks * replay.bundle.bytes_per_block;
+    this.pool = poolBytes > 0 ? { bytes: poolBytes, peak: top, drawn: top >= POOL_SCALE * poolBytes } : null;
+    this.canvas.dataset.pool = this.pool ? JSON.stringify(this.pool) : "";
+    if (this.pool && this.pool.drawn) top = Math.max(top, poolBytes);
     const ticks = niceTicks(top);
     const ymax = ticks[ticks.length - 1].value;
     this.canvas.dataset.yticks = JSON.stringify(ticks);
@@ -149,10 +174,18 @@ export class Chart {
       ctx.stroke();
       ctx.fillText(t.label, x0 - 6, Math.min(h - padB, Math.max(padT + 8, y + 4)));
     }
+    const [from, to] = timeEnds(t0, t1);
     ctx.textAlign = "left";
-    ctx.fillText(`t = ${secs(t0)}`, x0, h - 3);
+    ctx.fillText(`t = ${from}`, x0, h - 3);
     ctx.textAlign = "right";
-    ctx.fillText(`t = ${secs(t1)}`, x0 + pw, h - 3);
+    ctx.fillText(`t = ${to}`, x0 + pw, h - 3);
+    // The y axis's quantity, rotated in the margin left of its tick labels.
+    ctx.save();
+    ctx.translate(11, padT + ph / 2);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textAlign = "center";
+    ctx.fillText("KV memory", 0, 0);
+    ctx.restore();
     // One point per pixel column at most: the max over the states in force during the instants it covers
     // keeps peaks visible (a state holds from its step's time to the next one's; past a track's end, its
     // last).
@@ -188,6 +221,16 @@ export class Chart {
       // A round join: the default miter's point on a one-step spike pokes past the value (a spike of
       // 293 MiB drew above the 300 MiB grid line).
       ctx.lineJoin = "round";
+      ctx.stroke();
+    }
+    if (this.pool && this.pool.drawn) {
+      const y = Math.round(Y(this.pool.bytes)) + 0.5;
+      ctx.setLineDash([2, 3]);
+      ctx.strokeStyle = POOL_COLOR;
+      ctx.lineWidth = 1;
+      ctx.beginPath();
+      ctx.moveTo(x0, y);
+      ctx.lineTo(x0 + pw, y);
       ctx.stroke();
     }
     ctx.setLineDash([]);

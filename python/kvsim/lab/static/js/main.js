@@ -33,6 +33,7 @@ const lab = {
   runSeq: 0,
   completed: 0, // runs answered (drawn or refused): the tests wait on it
   timings: [],
+  notice: null, // a message the next run's page keeps in the banner (a link refused: what is shown instead)
 };
 window.kvlab = lab; // for the browser tests and the page benchmark
 
@@ -73,6 +74,9 @@ function banner(msg) {
   el.hidden = !msg;
   el.textContent = msg || "";
 }
+
+/** A message as a sentence: its full stop added where it has none, so that the next one does not run on. */
+const sentence = (msg) => (/[.!?)]$/.test(msg.trim()) ? msg.trim() : `${msg.trim()}.`);
 
 // ---------------------------------------------------------------- URL
 
@@ -305,7 +309,7 @@ function inFieldUnits(err) {
 
 /** A change refused before a run: said in the banner, the controls back to the run shown. */
 function refuse(message) {
-  banner(`${message} ${STILL_SHOWN}`);
+  banner(`${sentence(message)} ${STILL_SHOWN}`);
   if (lab.replay) syncControls(lab.replay.bundle);
   lab.completed += 1;
   document.body.dataset.runs = String(lab.completed);
@@ -360,7 +364,17 @@ async function run(query, step, fromUrl = false, contigStep = null) {
   } catch (err) {
     if (seq !== lab.runSeq) return;
     const message = inFieldUnits(err);
-    banner(lab.replay ? `${message} ${STILL_SHOWN}` : message);
+    if (!lab.replay && fromUrl) {
+      // A link the server refuses (an unknown preset, a bad value) would leave an empty page: show its
+      // preset alone instead, or the default where the preset is the unknown, and say so.
+      const known = lab.presets.presets.some((p) => p.name === query.preset);
+      const fallback = known ? query.preset : lab.presets.presets[0].name;
+      const what = known ? `preset ${fallback} with its own settings` : `the default preset (${fallback})`;
+      lab.notice = `${sentence(message)} Showing ${what} instead.`;
+      await run({ preset: fallback }, null);
+      return;
+    }
+    banner(lab.replay ? `${sentence(message)} ${STILL_SHOWN}` : message);
     $("lab").setAttribute("aria-busy", "false");
     if (lab.replay) syncControls(lab.replay.bundle); // the rejected change changed nothing
     lab.completed += 1;
@@ -371,7 +385,8 @@ async function run(query, step, fromUrl = false, contigStep = null) {
   }
   if (seq !== lab.runSeq) return; // a later change superseded this run
   const t1 = performance.now();
-  banner(null);
+  banner(lab.notice); // (a link's refusal, said over the run shown instead; once)
+  lab.notice = null;
   // Measure the canvases before any DOM write: one layout, not one per view.
   grid.overview.hidden = !(bundle.num_blocks > WINDOW);
   for (const c of document.querySelectorAll("canvas")) canvasSize(c);
