@@ -214,8 +214,8 @@ class PoolSizing:
 
     def line(self) -> str:
         """`pool: 29,044 blocks × 16 tokens = 464,704 tokens = 56.7 GiB (h100-80gb × 0.90 − ...)`; for a
-        model of several KV-cache groups, `pool: 54,200 blocks = 57.2 GiB in 2 groups (sliding_window
-        128 ×18, full ×18; block 16, 1 block = 1.1 MiB) (h100-80gb × 0.92 − ...)`."""
+        model of several KV-cache groups (gpt-oss-120b on h100-80gb), `pool: 14,063 blocks = 7.7 GiB in 2
+        groups: sliding_window 128 ×18, full ×18; block 16, 1 block = 576 KiB (h100-80gb × 0.92 − ...)`."""
         layout = self.layout
         tp = f", tp {self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
         n = self.tensor_parallel_size * self.data_parallel_size
