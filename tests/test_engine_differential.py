@@ -318,6 +318,22 @@ def test_forked_sample_resuming_finds_its_own_copied_block():
                 "pcie_p2p": False,
             },
         ),
+        # A MoE rank of a DP 2 + EP deployment, calibrated: the routed experts' table read at the fused-MoE
+        # kernel's measured fraction by tokens per touched expert (steep below ~2 tokens an expert), a lone
+        # rank's experts at twice its tokens (`moe_senders`).
+        (
+            {},
+            {
+                "num_blocks": 400,
+                "model": "qwen3-30b-a3b",
+                "gpu": "rtx-pro-6000",
+                "data_parallel_size": 2,
+                "enable_expert_parallel": True,
+                "calibration": "rtx-pro-6000-llama-3.1-8b",
+                "max_model_len": 8192,
+                "max_num_seqs": 24,
+            },
+        ),
         (
             {},
             {

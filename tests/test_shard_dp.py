@@ -144,14 +144,18 @@ def test_the_roofline_reads_the_tp_times_dp_share_of_the_experts():
     from kvsim.model.linear_time import linear_time_model
     from kvsim.model.models import resolve
     from kvsim.model.shard import shard
-    from kvsim.model.timing import roofline_time_model
+    from kvsim.model.timing import Efficiencies, roofline_time_model
 
     m, h100 = resolve("qwen3-30b-a3b"), gpu("h100-80gb")
     experts = _qwen3_experts_bytes()
     ps = 10**12
-    dp = roofline_time_model(m, h100, data_parallel_size=4, max_num_batched_tokens=2048)
+    # (read at HBM's full rate, a flat fused-MoE curve: the share, not the kernel's efficiency, is tested here)
+    flat = Efficiencies(moe_memory=((1.0, 1.0),))
+    dp = roofline_time_model(m, h100, data_parallel_size=4, max_num_batched_tokens=2048, efficiencies=flat)
     alone = roofline_time_model(m, h100, max_num_batched_tokens=2048)
-    ep = roofline_time_model(m, h100, data_parallel_size=4, expert_parallel=True, max_num_batched_tokens=2048)
+    ep = roofline_time_model(
+        m, h100, data_parallel_size=4, expert_parallel=True, max_num_batched_tokens=2048, efficiencies=flat
+    )
     bw = h100.hbm_bandwidth
     assert dp.moe_mem_ps[-1] == round(experts / 4 / bw * ps)
     k, e = 8, 128

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.model.timing import (
     CHUNKED,
     FULL,
+    FUSED_MOE_MEMORY,
     SLIDING,
     AttentionClass,
     Efficiencies,
@@ -299,8 +301,11 @@ def test_tensor_parallelism_halves_the_weights_and_adds_all_reduces():
 
 
 def test_experts_touched_grow_with_the_batch_and_saturate():
+    """The experts touched under uniform routing, read at HBM's full rate (a flat fused-MoE curve of 1: the
+    curve itself is `test_the_experts_read_at_the_fused_moe_kernels_measured_fraction`)."""
     m = kvsim.models.get("qwen3-30b-a3b")
-    rt = roofline_time_model(m, PRO, max_num_batched_tokens=2048)
+    flat = Efficiencies(moe_memory=((1.0, 1.0),))
+    rt = roofline_time_model(m, PRO, max_num_batched_tokens=2048, efficiencies=flat)
     table = rt.moe_mem_ps
     experts = weight_groups(m)["experts"].bytes
     full = round(experts / 1597e9 * PS)
@@ -314,7 +319,9 @@ def test_experts_touched_grow_with_the_batch_and_saturate():
     assert table[1] == pytest.approx(full * k / e, rel=1e-6)
     # Expert parallelism over 2 GPUs (DP 2): each holds half the experts, and both ranks' tokens reach them:
     # the table and the FLOPs per token gathered, a lone rank's 4 tokens read as 8 (`moe_senders` 2).
-    ep = roofline_time_model(m, PRO, data_parallel_size=2, expert_parallel=True, max_num_batched_tokens=2048)
+    ep = roofline_time_model(
+        m, PRO, data_parallel_size=2, expert_parallel=True, max_num_batched_tokens=2048, efficiencies=flat
+    )
     assert ep.moe_mem_ps[-1] == round(experts / 2 / 1597e9 * PS)
     assert ep.moe_mem_ps[8] == round(experts / 2 * (1 - (1 - k / e) ** 8) / 1597e9 * PS)
     assert ep.moe_senders == 2
@@ -333,6 +340,82 @@ def test_experts_touched_grow_with_the_batch_and_saturate():
     alone = kvsim.SimConfig(model=m, gpu=PRO, max_model_len=32768)
     assert cfg.pool.weight_bytes == pytest.approx(alone.pool.weight_bytes - experts / 2, rel=1e-6)
     assert cfg.num_blocks > alone.num_blocks
+
+
+def test_the_experts_read_at_the_fused_moe_kernels_measured_fraction():
+    """The routed experts stream at the lower of HBM × gemm_memory and HBM × the fused-MoE kernel's measured
+    fraction at the step's tokens per touched expert, t = N · k / E[touched] (`FUSED_MOE_MEMORY`, from
+    vllm#19049's benchmark_moe.py on this very shape). Qwen3-30B-A3B (48 layers × 128 experts of 3 × 2,048
+    × 768 bf16 = 57,982,058,496 B) on an RTX PRO 6000 (1,597 GB/s), by hand:
+
+    * N = 1, below the knee: 8 experts of 128 touched, t = 1, the curve's first point 0.4446: 57.98 GB /
+      16 / (1,597 GB/s × 0.4446) = 5.104 ms (2.269 ms at the full rate).
+    * N = 128, above it: 1 − (15/16)^128 of them touched, t = 8.002, past the last point (t 6.0123):
+      0.8220 held, 44.158 ms (36.297 ms at the full rate).
+    * N = 12, between points 1.2398 (0.7771) and 1.5530 (0.8184): t = 12/16 / (1 − (15/16)^12) = 1.3913,
+      linear in log t."""
+    m = kvsim.models.get("qwen3-30b-a3b")
+    experts = 48 * 128 * 3 * 2048 * 768 * 2
+    assert weight_groups(m)["experts"].bytes == experts
+    hbm = 1597e9
+    rt = roofline_time_model(m, PRO, max_num_batched_tokens=2048)
+    assert rt.moe_mem_ps[1] == round(experts / 16 / (hbm * 0.4446) * PS) == 5_103_866_105
+    touched = 1 - (15 / 16) ** 128
+    assert 128 * 8 / 128 / touched == pytest.approx(8.0021, abs=1e-4)
+    assert rt.moe_mem_ps[128] == round(experts * touched / (hbm * 0.8220) * PS) == 44_157_517_720
+    assert rt.experts_ps(128) == rt.moe_mem_ps[128]  # (memory-bound: 128 tokens' FLOPs are far less)
+    assert rt.moe_mem_ps[-1] == round(experts / (hbm * 0.8220) * PS)
+    touched = 1 - (15 / 16) ** 12
+    t = 12 / 16 / touched
+    frac = 0.7771 + math.log(t / 1.2398) / math.log(1.5530 / 1.2398) * (0.8184 - 0.7771)
+    assert frac == pytest.approx(0.7982, abs=1e-4)
+    assert rt.moe_mem_ps[12] == round(experts * touched / (hbm * frac) * PS)
+    assert all(a <= b for a, b in itertools.pairwise(rt.moe_mem_ps))
+    # Under a calibration the lower rate wins: at gemm_memory 0.5 the curve below 0.5 (N = 1), else 0.5.
+    half = roofline_time_model(
+        m, PRO, max_num_batched_tokens=2048, efficiencies=Efficiencies(gemm_memory=0.5)
+    )
+    assert half.moe_mem_ps[1] == rt.moe_mem_ps[1]
+    assert half.moe_mem_ps[128] == round(experts * (1 - (15 / 16) ** 128) / (hbm * 0.5) * PS)
+    # Under expert parallelism (DP 2) a GPU holds half the experts and t is the same: the same fraction.
+    ep = roofline_time_model(m, PRO, data_parallel_size=2, expert_parallel=True, max_num_batched_tokens=2048)
+    assert ep.moe_mem_ps[1] == round(experts / 2 / 16 / (hbm * 0.4446) * PS)
+    # Everything else is as without the curve: the dense projections, shared experts, router, FLOPs.
+    flat = roofline_time_model(
+        m, PRO, max_num_batched_tokens=2048, efficiencies=Efficiencies(moe_memory=((1.0, 1.0),))
+    )
+    assert dataclasses.replace(rt, moe_mem_ps=flat.moe_mem_ps) == flat
+    # A calibration's own curve (an Efficiencies field, as a calibration JSON's lists).
+    own = Efficiencies.from_dict({"moe_memory": [[1, 0.5], [4, 0.9]]}, "test")
+    assert own.moe_memory == ((1.0, 0.5), (4.0, 0.9))
+    assert own.to_dict()["moe_memory"] == [[1.0, 0.5], [4.0, 0.9]]
+    assert "moe_memory" not in Efficiencies().to_dict()
+    for bad in ((), ((2.0, 0.5), (1.0, 0.6)), ((1.0, 1.5),), ((0.0, 0.5),)):
+        with pytest.raises(InvalidArgumentError, match="efficiency moe_memory"):
+            Efficiencies(moe_memory=bad)
+
+
+def test_a_dense_model_does_not_see_the_fused_moe_curve():
+    """No routed experts, no table: the dense roofline is the same whatever the curve."""
+    for m in (LLAMA, kvsim.models.get("qwen3-32b")):
+        rt = roofline_time_model(m, PRO)
+        assert rt.moe_mem_ps == ()
+        assert rt == roofline_time_model(m, PRO, efficiencies=Efficiencies(moe_memory=((1.0, 0.1),)))
+    line = kvsim.SimConfig(model="llama-3.1-8b", gpu="rtx-pro-6000").time_line()
+    assert "fused-MoE" not in line
+
+
+def test_the_time_line_names_the_experts_read():
+    line = kvsim.SimConfig(model="qwen3-30b-a3b", gpu="rtx-pro-6000").time_line()
+    assert (
+        "the routed experts' weights read at vLLM's fused-MoE kernel's measured efficiency (0.44-0.84 of HBM "
+        "by tokens per expert: its benchmark_moe.py on Qwen3-30B-A3B's experts, A100, vllm-project/vllm#19049)"
+        in line
+    )
+    cal = kvsim.SimConfig(model="qwen3-30b-a3b", gpu="rtx-pro-6000", calibration="rtx-pro-6000-llama-3.1-8b")
+    assert (
+        "calibration rtx-pro-6000-llama-3.1-8b, the routed experts' weights read at vLLM's" in cal.time_line()
+    )
 
 
 def test_windowed_layers_read_their_window():
@@ -760,8 +843,10 @@ def test_gpt_oss_padded_mxfp4_experts_are_read_and_multiplied():
     assert (pad_elements, pad) == (10_362_028_032, 5_504_827_392)
     rt = roofline_time_model(m, b200)
     bare = roofline_time_model(m, dataclasses.replace(b200, arch=None))  # no backend known: unpadded
-    assert rt.moe_mem_ps[-1] == round((experts + pad) / b200.hbm_bandwidth * PS)
-    assert bare.moe_mem_ps[-1] == round(experts / b200.hbm_bandwidth * PS)
+    # (all experts touched: read at the fused-MoE curve's saturated 0.8220 of HBM, `FUSED_MOE_MEMORY`)
+    sat = FUSED_MOE_MEMORY[-1][1]
+    assert rt.moe_mem_ps[-1] == round((experts + pad) / (b200.hbm_bandwidth * sat) * PS)
+    assert bare.moe_mem_ps[-1] == round(experts / (b200.hbm_bandwidth * sat) * PS)
     assert rt.moe_flop_tok_ps / bare.moe_flop_tok_ps == pytest.approx(
         (elements + pad_elements) / elements, rel=1e-6
     )
@@ -775,10 +860,10 @@ def test_gpt_oss_padded_mxfp4_experts_are_read_and_multiplied():
     assert roofline_time_model(m, h100) == roofline_time_model(m, dataclasses.replace(h100, arch=None))
     tp2 = roofline_time_model(m, h100, tensor_parallel_size=2)
     pad2 = 128 * 36 * 3 * 2880 * (1472 - 1440) * 17 // 32
-    assert tp2.moe_mem_ps[-1] == round((experts / 2 + pad2) / h100.hbm_bandwidth * PS)
+    assert tp2.moe_mem_ps[-1] == round((experts / 2 + pad2) / (h100.hbm_bandwidth * sat) * PS)
     # Expert parallelism over 2 B200s: 64 whole experts a GPU, each 3,072 x 2,944.
     ep = roofline_time_model(m, b200, tensor_parallel_size=2, expert_parallel=True)
-    assert ep.moe_mem_ps[-1] == round((experts + pad) / 2 / b200.hbm_bandwidth * PS)
+    assert ep.moe_mem_ps[-1] == round((experts + pad) / 2 / (b200.hbm_bandwidth * sat) * PS)
 
 
 @pytest.mark.parametrize(

@@ -331,6 +331,16 @@ def report(results: dict[str, Any], plot: str | None) -> str:
         f"the target is {TARGET:.0%} on every mean and median (bold: missed).",
         "",
         *textwrap.wrap(
+            "**The routed experts' read** (DESIGN.md §Time model, \"The routed experts' read\"). Under both "
+            "rooflines the MoE run's routed experts stream at no more than vLLM's fused-MoE kernel's measured "
+            "fraction of HBM bandwidth by tokens per touched expert (0.44 at one token an expert, 0.82-0.84 from "
+            "about two: vLLM's benchmark_moe.py on Qwen3-30B-A3B's experts, bf16, on an A100, "
+            "vllm-project/vllm#19049), not the dense projections' rate; the curve comes from that benchmark, "
+            "nothing in it is fitted to these runs.",
+            width=110,
+        ),
+        "",
+        *textwrap.wrap(
             "**The collectives' transport** (DESIGN.md §Time model, \"The collectives' link\"). The two multi-GPU "
             "runs (TP 2; DP 2 + EP) are replayed with their collectives staged through host memory, no PCIe "
             "peer-to-peer (`pcie_p2p=False`: a quarter of PCIe 5.0's 64 GB/s, 16 GB/s, and 14 µs a collective, "
@@ -453,8 +463,10 @@ def why_not(results: dict[str, Any]) -> list[str]:
                 else ""
             )
             + (
-                "the routed experts (fused-MoE kernels over 64 experts of 768 columns per GPU) stream at the dense "
-                "projections' rate and the gather and scatter of hidden states between the two ranks are priced "
+                "the routed experts (fused-MoE kernels over 64 experts of 768 columns per GPU) are read at vLLM's "
+                "fused-MoE kernel's bandwidth as benchmarked on another GPU (an A100, vllm-project/vllm#19049: 0.44-0.84 "
+                "of HBM by tokens per expert; no RTX PRO 6000 figure) and the gather and scatter of hidden states "
+                "between the two ranks are priced "
                 "staged through host memory (16 GB/s, 14 µs a collective beside 3 µs a hop; the ranks step together, as vLLM's do, each step the slower "
                 "rank's; their per-step token-count exchange and padding are not priced); "
                 if e.get("enable_expert_parallel")
@@ -516,6 +528,7 @@ def validation_claims(root: Path = RUNS) -> list[Any]:
     """The claims suite's validation claims (DESIGN.md §Claims, `V-<model>`): per run, kvsim's calibrated
     roofline gives the measured means and medians within 10 %; NOT TESTABLE without `../shared/validation`."""
     from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, NOT_TESTABLE, Claim
+    from kvsim.model.models import resolve
 
     source = "LLMServingSim (casys-kaist/LLMServingSim 5daddb21): real vLLM 0.19.0 runs, RTX PRO 6000"
     try:
@@ -544,6 +557,12 @@ def validation_claims(root: Path = RUNS) -> list[Any]:
             ", EP" if e.get("enable_expert_parallel") else ""
         )
         transport = ", collectives staged through host memory" if multi_gpu(run) else ""
+        if resolve(run.model).num_experts:
+            transport += ", routed experts at the fused-MoE kernel's measured bandwidth"
+            note += (
+                "; the routed experts read at vLLM's fused-MoE kernel's measured fraction of HBM by tokens per "
+                "expert (vllm-project/vllm#19049, an A100 benchmark of this model's experts; not fitted)"
+            )
         out.append(
             Claim(
                 f"V-{run.model}",

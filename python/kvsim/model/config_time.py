@@ -243,6 +243,9 @@ class ConfigTimeModel:
                 "--calibration NAME for a profiled GPU's)"
             )
         if getattr(self, "_hand_roofline", None) is None:
+            experts = self._experts_read()
+            if experts:
+                head += f", {experts}"
             link = self._collectives_link()
             if link:
                 head += f", {link}"
@@ -254,6 +257,25 @@ class ConfigTimeModel:
             f"{head}: a step of {seqs} decodes at 1,024 tokens {fmt_duration_ps(decode)}, a prefill chunk of "
             f"{chunk:,} tokens {fmt_duration_ps(prefill)}"
         )
+
+    def _experts_read(self) -> str:
+        """How the roofline reads a mixture-of-experts model's routed experts (DESIGN.md §Time model, "The
+        routed experts' read"): at the fused-MoE kernel's measured fraction of HBM by tokens per expert
+        (`roofline.FUSED_MOE_MEMORY`) or a calibration's own curve; "" without routed experts."""
+        from kvsim.model.roofline import FUSED_MOE_MEMORY
+
+        if not self.roofline.moe_mem_ps:
+            return ""
+        cal = self._calibration  # type: ignore[attr-defined]
+        curve = FUSED_MOE_MEMORY if cal is None else cal.efficiencies.moe_memory
+        fracs = [f for _, f in curve]
+        span = f"{min(fracs):.2f}-{max(fracs):.2f} of HBM by tokens per expert"
+        if curve == FUSED_MOE_MEMORY:
+            return (
+                "the routed experts' weights read at vLLM's fused-MoE kernel's measured efficiency "
+                f"({span}: its benchmark_moe.py on Qwen3-30B-A3B's experts, A100, vllm-project/vllm#19049)"
+            )
+        return f"the routed experts' weights read at the calibration's fused-MoE efficiency ({span})"
 
     def _collectives_link(self) -> str:
         """The links the roofline prices the collectives on (`collectives.collective_link`), each with the figure

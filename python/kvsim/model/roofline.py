@@ -33,7 +33,8 @@ prefills: vLLM runs one attention kernel per layer and step, and with a prefill 
 through the prefill path (LLMServingSim's profile of vLLM 0.19 on an RTX PRO 6000 times 128 decodes over
 1,024 keys at 405 µs alone and at 672-761 µs beside a chunk of 16 to 512 tokens); a dense MLA layer's
 `mixed_kv` is its `kv` (vLLM's MLA keeps its decodes on `forward_mqa`). `moe_mem` is tabulated by `N`
-(the expected number of experts a batch touches is not linear in its tokens). The engines see only these
+(the expected number of experts a batch touches is not linear in its tokens, nor is the fused-MoE kernel's
+bandwidth in the tokens each of them computes: `FUSED_MOE_MEMORY`). The engines see only these
 integers (`RooflineTimeModel`); `roofline_time_model` derives them, `Efficiencies` scale the datasheet
 rates (1: the datasheet peak), and a calibration (`kvsim calibrate`) fits them to measured profiles.
 
@@ -49,6 +50,8 @@ This module is the time model the engines evaluate (its coefficients, attention 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +78,43 @@ MAX_MOE_SENDERS = 1 << 16
 COLLECTIVE_HOP_PS = 3_000_000
 
 
+# vLLM's Triton fused-MoE kernel's achieved fraction of datasheet HBM bandwidth, by the tokens each expert it
+# touches computes (`t`): vLLM's own `benchmarks/kernels/benchmark_moe.py` on Qwen3-30B-A3B's expert shape
+# (E = 128, N = 768, K = 2,048, top-8, bf16, the default config) on an A100-PCIe-40GB (1,555 GB/s), kernel
+# times before the tuned config (vllm-project/vllm#19049): 109.21, 159.81, 268.89, 403.13, 611.19, 730.19,
+# 808.53, 885.97, 917.45 and 943.14 µs at 1, 2, 4, 8, 16, 24, 32, 48, 64 and 96 tokens. Each point is the
+# experts touched under uniform routing (the benchmark's gating is random), 128 · (1 − (1 − 8/128)^M), times
+# one expert's 9,437,184 B, over the time and 1,555 GB/s; `t` is M · 8 over those experts. The time is the
+# whole `fused_moe` call (routing, alignment, both GEMMs, activation, the top-k sum), so the call's fixed
+# cost falls into the fraction: the times are ~56 µs a call plus the bytes at ~0.89 of peak, within 6 %,
+# which is what the low end at few tokens an expert is (DESIGN.md §Time model, "The routed experts' read",
+# says what that means for larger experts). A transfer: another GPU, one shape and dtype.
+FUSED_MOE_MEMORY: tuple[tuple[float, float], ...] = (
+    (1.0000, 0.4446),  # M = 1
+    (1.0323, 0.5886),  # 2
+    (1.0988, 0.6573),  # 4
+    (1.2398, 0.7771),  # 8
+    (1.5530, 0.8184),  # 16
+    (1.9047, 0.8378),  # 24
+    (2.2904, 0.8390),  # 32
+    (3.1418, 0.8372),  # 48
+    (4.0654, 0.8331),  # 64
+    (6.0123, 0.8220),  # 96
+)
+
+
+def curve_fraction(curve: tuple[tuple[float, float], ...], tokens_per_expert: float) -> float:
+    """The fraction `curve` gives at `tokens_per_expert`: piecewise linear in log t between its points,
+    held flat outside them."""
+    if tokens_per_expert <= curve[0][0]:
+        return curve[0][1]
+    for (t0, f0), (t1, f1) in itertools.pairwise(curve):
+        if tokens_per_expert <= t1:
+            w = math.log(tokens_per_expert / t0) / math.log(t1 / t0)
+            return f0 + w * (f1 - f0)
+    return curve[-1][1]
+
+
 @dataclass(frozen=True)
 class Efficiencies:
     """The fraction of each datasheet rate a step achieves, and the fixed costs a roofline has no figure
@@ -93,6 +133,10 @@ class Efficiencies:
         layer_overhead_ps: fixed time per decoder layer per step (its kernels' floors).
         seq_overhead_ps: time per scheduled sequence (sampling and bookkeeping beyond the logits pass).
         collective_hop_ps: latency of one ring step of a collective.
+        moe_memory: the routed experts' weight read's cap, a fraction of HBM bandwidth by the tokens each
+            touched expert computes, `(t, fraction)` points in increasing `t` (`curve_fraction`; default
+            `FUSED_MOE_MEMORY`, vLLM's fused-MoE kernel as measured): the experts stream at the lower of
+            HBM × `gemm_memory` and HBM × the curve.
     """
 
     gemm_memory: float = 1.0
@@ -105,6 +149,7 @@ class Efficiencies:
     layer_overhead_ps: int = 0
     seq_overhead_ps: int = 0
     collective_hop_ps: int = COLLECTIVE_HOP_PS
+    moe_memory: tuple[tuple[float, float], ...] = FUSED_MOE_MEMORY
 
     RATES = (
         "gemm_memory",
@@ -127,9 +172,33 @@ class Efficiencies:
                 raise InvalidArgumentError(
                     f"{name} {v!r} must be a whole number of picoseconds in [0, {MAX_COEFFICIENT_PS}]"
                 )
+        curve = self.moe_memory
+        try:
+            points = tuple((float(t), float(f)) for t, f in curve)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"efficiency moe_memory {curve!r} must be (tokens per expert, fraction) points"
+            ) from None
+        if (
+            not points
+            or any(not (0 < t < math.inf) or not (0 < f <= 1) for t, f in points)
+            or any(b[0] <= a[0] for a, b in itertools.pairwise(points))
+        ):
+            raise InvalidArgumentError(
+                f"efficiency moe_memory {curve!r} must hold points (t, fraction) with t > 0 increasing and "
+                "fractions in (0, 1]"
+            )
+        object.__setattr__(self, "moe_memory", points)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The fields by name; `moe_memory` only when it is not the default curve (a calibration that
+        carries its own), as lists."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if d["moe_memory"] == FUSED_MOE_MEMORY:
+            del d["moe_memory"]
+        else:
+            d["moe_memory"] = [list(p) for p in d["moe_memory"]]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> Efficiencies:

@@ -34,6 +34,7 @@ from kvsim.model.roofline import (
     CHUNKED,
     COLLECTIVE_HOP_PS,
     FULL,
+    FUSED_MOE_MEMORY,
     MOE_TABLE_MAX,
     PS_PER_S,
     SLIDING,
@@ -41,6 +42,7 @@ from kvsim.model.roofline import (
     Efficiencies,
     RooflineTimeModel,
     Term,
+    curve_fraction,
 )
 from kvsim.model.weights import checked_pick, split_kv, weight_groups
 
@@ -263,12 +265,27 @@ def roofline_time_model(
         # tokens (`experts_ps`, the group's driver); a lone engine takes the other ranks' batches as large
         # as its own, `N = senders · T` (`moe_senders`).
         senders = dp
-        full = coefficient("moe_mem_ps", per_gpu_bytes / mem_rate, GM)
+        # The experts stream at the lower of the dense GEMMs' rate and vLLM's fused-MoE kernel's measured
+        # fraction of HBM (`Efficiencies.moe_memory`, `roofline.FUSED_MOE_MEMORY`) at the step's tokens per
+        # touched expert, t = N · k / E[touched of E] (one GPU's share of each alike: under expert
+        # parallelism N · k · (E/ep)/E tokens over E/ep · (1 − (1 − k/E)^N) experts), t → ∞ saturated.
+        # The table carries it (t is a function of N), so the engines evaluate it as before.
+        miss = 1 - k / e
+
+        def experts_rate(n: int | None) -> tuple[float, tuple[str, ...]]:
+            """The experts' bandwidth at `n` tokens gathered (None: saturated), and the efficiency it takes."""
+            t = math.inf if n is None else n * k / e / (1 - miss**n)
+            cap = hbm * curve_fraction(eff.moe_memory, t)
+            return (mem_rate, GM) if mem_rate <= cap else (cap, ())
+
+        rate, rates = experts_rate(None)
+        full = coefficient("moe_mem_ps", per_gpu_bytes / rate, rates)
+        full_rate = rate
         table = []
         limit = min(senders * max_num_batched_tokens, MOE_TABLE_MAX - 1)
-        miss = 1 - k / e
         for n in range(limit + 1):
-            v = coefficient("moe_mem_ps", per_gpu_bytes * (1 - miss**n) / mem_rate, GM)
+            rate, rates = experts_rate(n) if n else (full_rate, ())
+            v = coefficient("moe_mem_ps", per_gpu_bytes * (1 - miss**n) / rate, rates)
             table.append(v)
             if v == full:
                 break
@@ -279,13 +296,16 @@ def roofline_time_model(
             * (k / e)
             / (_flops(gpu, experts.rate) * eff.gemm_compute)
         )
+        fracs = [f for _, f in eff.moe_memory]
         terms.append(
             Term(
                 "moe_mem",
-                ps(per_gpu_bytes / mem_rate),
+                ps(per_gpu_bytes / full_rate),
                 "per step, all experts touched",
                 f"{per_gpu_bytes:,.0f} B of experts on one GPU / HBM × E[touched] = {e}·(1 − (1 − {k}/{e})^N), "
-                f"N the tokens gathered from the DP ranks ({senders}·T alone)",
+                f"N the tokens gathered from the DP ranks ({senders}·T alone); read at the lower of HBM × "
+                f"gemm_memory and the fused-MoE kernel's measured {min(fracs):.2f}-{max(fracs):.2f} of HBM by "
+                f"tokens per touched expert N·{k}/E[touched] ({full_rate / hbm:.3f} saturated)",
             )
         )
         terms.append(
@@ -773,6 +793,7 @@ __all__ = [
     "CHUNKED",
     "COLLECTIVE_HOP_PS",
     "FULL",
+    "FUSED_MOE_MEMORY",
     "NETWORK_BANDWIDTH",
     "SLIDING",
     "AttentionClass",
@@ -783,6 +804,7 @@ __all__ = [
     "RooflineTimeModel",
     "Term",
     "collective_link",
+    "curve_fraction",
     "mla_context_seconds",
     "mla_head_widths",
     "mla_layer_values",
