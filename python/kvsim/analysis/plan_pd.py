@@ -141,8 +141,8 @@ class SplitPlan:
         `status`, `probes`, `monotone`; and where the probes give 95 % intervals (kvsim's probes:
         DESIGN.md §Capacity search, "Sampling"), `{metric}_ci_low` and `{metric}_ci_high` per SLO, its
         interval at the answer's probe (None for an end too few requests give, or no answer), and
-        `bound_vs_ci` (`plan_sampling.bound_vs_ci`: `outside`, `INSIDE:ttft_p99` where a decisive
-        verdict rests on its sample, `-`)."""
+        `bound_vs_ci` (`plan_sampling.bound_vs_ci`: `outside`, `INSIDE:ttft_p99@2` where a decisive
+        verdict rests on its sample, naming the SLO and the probe (decode replicas) it rests on, `-`)."""
         from kvsim.analysis.plan_sampling import bound_vs_ci, interval
 
         rows: list[dict[str, Any]] = []
