@@ -69,6 +69,44 @@ P2P_EVIDENCE = (
     "context-free term absent from the TP-1 run, a slow collective link's signature; and LLMServingSim's own "
     "sim_config.json for these runs assumes a 16 GB/s, 20 µs link, a quarter of PCIe 5.0's 64 GB/s"
 )
+
+
+def host_staged_words(gpu: str = "rtx-pro-6000") -> str:
+    """The host-staged collective's figures on `gpu` as the report and the claims' notes say them (one
+    source: `collectives.HOST_STAGED_SHARE`, `HOST_STAGED_LATENCY_PS`, `roofline.COLLECTIVE_HOP_PS` and the
+    GPU's host link), e.g. "16 GB/s, 14 µs a collective beside 3 µs a hop"."""
+    from kvsim.model.collectives import HOST_STAGED_LATENCY_PS, HOST_STAGED_SHARE
+    from kvsim.model.gpus import GPUS
+    from kvsim.model.roofline import COLLECTIVE_HOP_PS
+
+    rate = GPUS[gpu].pcie_bandwidth / HOST_STAGED_SHARE
+    return (
+        f"{rate / 1e9:g} GB/s, {HOST_STAGED_LATENCY_PS / 1e6:g} µs a collective beside "
+        f"{COLLECTIVE_HOP_PS / 1e6:g} µs a hop"
+    )
+
+
+def two_gpu_all_reduce(gpu: str = "rtx-pro-6000") -> str:
+    """A two-GPU all-reduce's host-staged rate and latency on `gpu` (two ring steps' hops and the staging's
+    latency), e.g. "16 GB/s and 2 × 3 + 14 = 20 µs"."""
+    from kvsim.model.collectives import HOST_STAGED_LATENCY_PS, HOST_STAGED_SHARE
+    from kvsim.model.gpus import GPUS
+    from kvsim.model.roofline import COLLECTIVE_HOP_PS
+
+    rate = GPUS[gpu].pcie_bandwidth / HOST_STAGED_SHARE
+    hop, lat = COLLECTIVE_HOP_PS / 1e6, HOST_STAGED_LATENCY_PS / 1e6
+    return f"{rate / 1e9:g} GB/s and 2 × {hop:g} + {lat:g} = {2 * hop + lat:g} µs"
+
+
+def fused_moe_range() -> str:
+    """The fused-MoE curve's range of HBM fractions as the report says it ("0.44-0.84";
+    `roofline.FUSED_MOE_MEMORY`)."""
+    from kvsim.model.roofline import FUSED_MOE_MEMORY
+
+    fractions = [f for _, f in FUSED_MOE_MEMORY]
+    return f"{min(fractions):.2f}-{max(fractions):.2f}"
+
+
 # The metrics of the report, in its order: (key, label, unit scale, whether the 10 % target applies).
 METRICS = (
     ("ttft_mean", "TTFT mean", 1e3, True),
@@ -343,10 +381,10 @@ def report(results: dict[str, Any], plot: str | None) -> str:
         *textwrap.wrap(
             "**The collectives' transport** (DESIGN.md §Time model, \"The collectives' link\"). The two multi-GPU "
             "runs (TP 2; DP 2 + EP) are replayed with their collectives staged through host memory, no PCIe "
-            "peer-to-peer (`pcie_p2p=False`: a quarter of PCIe 5.0's 64 GB/s, 16 GB/s, and 14 µs a collective, "
+            f"peer-to-peer (`pcie_p2p=False`: a quarter of PCIe 5.0's 64 GB/s, {host_staged_words()}, "
             "from NVIDIA/nccl#384 and voipmonitor/rtx6kpro's measurements, not fitted to these runs). That is an "
-            f"assumption: {P2P_EVIDENCE}. (The sourced rule gives Qwen3-32B's all-reduce 16 GB/s and 2 × 3 + 14 = "
-            "20 µs, the very figures LLMServingSim's file assumes; it was set from the NCCL and rtx6kpro figures "
+            f"assumption: {P2P_EVIDENCE}. (The sourced rule gives Qwen3-32B's all-reduce {two_gpu_all_reduce()}, "
+            "the very figures LLMServingSim's file assumes; it was set from the NCCL and rtx6kpro figures "
             "alone.) A fourth column, **calibrated, PCIe P2P**, replays them with peer-to-peer at the link's "
             "64 GB/s (the RTX PRO 6000's default), so both assumptions' errors show; the single-GPU run has no "
             "collective and is the same under both.",
@@ -457,17 +495,17 @@ def why_not(results: dict[str, Any]) -> list[str]:
             "ms. The calibration fitted one GPU's dense projections and attention (Llama-3.1-8B's profile): "
             + (
                 f"the {2 * run_layers(cfg)} all-reduces a step over PCIe (tensor parallel {e.get('tensor_parallel_size')}) "
-                "are priced staged through host memory by published figures (16 GB/s, 14 µs a collective beside "
-                "3 µs a hop), no collective on this host having been measured; "
+                f"are priced staged through host memory by published figures ({host_staged_words()}), no "
+                "collective on this host having been measured; "
                 if int(e.get("tensor_parallel_size") or 1) > 1
                 else ""
             )
             + (
                 "the routed experts (fused-MoE kernels over 64 experts of 768 columns per GPU) are read at vLLM's "
-                "fused-MoE kernel's bandwidth as benchmarked on another GPU (an A100, vllm-project/vllm#19049: 0.44-0.84 "
+                f"fused-MoE kernel's bandwidth as benchmarked on another GPU (an A100, vllm-project/vllm#19049: {fused_moe_range()} "
                 "of HBM by tokens per expert; no RTX PRO 6000 figure) and the gather and scatter of hidden states "
                 "between the two ranks are priced "
-                "staged through host memory (16 GB/s, 14 µs a collective beside 3 µs a hop; the ranks step together, as vLLM's do, each step the slower "
+                f"staged through host memory ({host_staged_words()}; the ranks step together, as vLLM's do, each step the slower "
                 "rank's; their per-step token-count exchange and padding are not priced); "
                 if e.get("enable_expert_parallel")
                 else ""
@@ -548,7 +586,7 @@ def validation_claims(root: Path = RUNS) -> list[Any]:
         if multi_gpu(run):
             p2p = simulate_run(run, "calibrated-p2p")["metrics"]
             note += (
-                "; collectives staged through host memory (pcie_p2p off: 16 GB/s, 14 µs a collective, from "
+                f"; collectives staged through host memory (pcie_p2p off: {host_staged_words()}, from "
                 f"NVIDIA/nccl#384 and voipmonitor/rtx6kpro, not fitted): {P2P_EVIDENCE}; with PCIe P2P instead: "
                 + ", ".join(f"{labels[k]} {_err(p2p[k], measured[k]):+.1%}" for k in CLAIMED)
             )
