@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from kvsim.analysis.plan_sampling import fmt_interval, interval, sample_caveat, unsure_slos
-from kvsim.analysis.steady_state import STEADY_SPANS, fmt_spans, steady_requests
+from kvsim.analysis.steady_state import STEADY_SPANS, fmt_need, fmt_spans, steady_requests
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
@@ -402,7 +402,7 @@ class PlanResult:
             rate = row.get("rate") if self.axis != "rate" else self.value
             ran = done if isinstance(done, int) else None
             need = (
-                f": about {fmt_count(steady_requests(e2e, rate, ran, span), 'request')} at this rate, or more"
+                f": {fmt_need(steady_requests(e2e, rate, ran, span))}"
                 if isinstance(rate, float | int) and rate > 0
                 else ""
             )

@@ -283,7 +283,8 @@ def steady_columns(result: Any, workload: Any) -> dict[str, Any]:
     sweep`'s note holds against the row's `e2e_s_p99` (`kvsim.analysis.steady_state.sweep_too_short_note`,
     kvsim run's rule), and `steady_requests`, the requests a steady state needs at the run's rate as
     `kvsim run`'s note counts them (`steady_state.steady_requests` at `run_report.note_rate`'s rate: the
-    workload's own, else the observed one); None where fewer than 2 requests finished, arrivals came at
+    workload's own, else the observed one; at most `steady_state.COUNT_CEILING`, 2**53, a floor past it);
+    None where fewer than 2 requests finished, arrivals came at
     once, or no rate can be told."""
     from kvsim.analysis.run_report import note_rate
     from kvsim.analysis.steady_state import steady_requests, warmup
