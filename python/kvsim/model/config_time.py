@@ -43,7 +43,8 @@ class ConfigTimeModel:
     def _resolve_time_model(self) -> None:
         """`auto`: the roofline when a model and a GPU are named (with a calibration's efficiencies when one
         is given), else ticks; `calibrated` with a roofline calibration is the roofline. A calibration
-        given to ticks or linear, or a roofline without a model and a GPU, is refused."""
+        given to ticks or linear, a `pcie_p2p` given to anything but the roofline (the others price no
+        collectives), or a roofline without a model and a GPU, is refused."""
         named = self.model is not None and self.gpu is not None
         cal = None
         if self.calibration is not None:
@@ -77,6 +78,18 @@ class ConfigTimeModel:
         if tm == "roofline" and not named:
             raise InvalidArgumentError(
                 "time_model 'roofline' needs a model and a gpu (--model, --gpu) to price a step"
+            )
+        if self.pcie_p2p is not None and tm != "roofline":
+            # (the roofline's "changes nothing here" is for a run whose collectives cross no PCIe; these
+            # models price no collectives at all, so the knob cannot apply: refused, as a calibration is)
+            why = (
+                "ticks are no GPU's time"
+                if tm == "ticks"
+                else f"time_model {tm!r} prices no collectives between GPUs (its steps are a linear fit)"
+            )
+            raise InvalidArgumentError(
+                f"pcie_p2p {self.pcie_p2p} needs time_model 'roofline' (or 'auto' with a model and a gpu): "
+                f"{why}, so it could change nothing; leave it unset (none)"
             )
         object.__setattr__(self, "time_model", tm)
 
