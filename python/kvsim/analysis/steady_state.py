@@ -248,6 +248,15 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[f
     )
 
 
+ONE_REQUEST_NOTE = (
+    "not a steady state: a single request finished, which gives no rate and shares the engine with no other: "
+    "its latencies are an empty engine's, not those of a rate the engine sustains; one needs arrivals over "
+    f"{STEADY_SPANS:g} times the e2e p99, so more requests (--requests; a generator's arrival_rate states a rate)"
+)
+"""`kvsim run`'s note on a run where one request finished (`warmup` needs 2; until 2026-12-06 such a run,
+the least steady there is, got no note while 2 requests got one)."""
+
+
 def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: int = 8) -> str | None:
     """`kvsim sweep`'s note, once for the sweep, on its points too short to reach a steady state
     (`short_of_steady` on each row's `arrival_span_s` and `e2e_s_p99`; a point, its parameters whatever the
@@ -298,7 +307,9 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
     labels = []
     for r in points.values():
         name = " ".join(f"{c}={r[c]}" for c in axes) or "the sweep's point"
-        if r["arrival_span_s"] <= 0:
+        if r["arrival_span_s"] <= 0 and r.get("completed") == 1:
+            labels.append(f"{name} (one request finished: no rate)")
+        elif r["arrival_span_s"] <= 0:
             labels.append(f"{name} (arrived at once: a batch, not a rate)")
         else:
             labels.append(
@@ -336,6 +347,7 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
 __all__ = [
     "COUNT_CEILING",
     "MIN_RATE_ARRIVALS",
+    "ONE_REQUEST_NOTE",
     "STEADY_SPANS",
     "fmt_need",
     "fmt_spans",
