@@ -36,3 +36,75 @@ def test_a_1_request_run_and_sweep_point_are_not_a_steady_state(capsys, tmp_path
     assert main([*argv, "--requests", "1", "--output", str(out)]) == 0
     assert "(one request finished: no rate)" in capsys.readouterr().out
     assert pl.read_parquet(out)["arrival_span_s"].to_list() == [0.0, 0.0]
+
+
+def test_pcie_p2ps_refusal_lists_every_accepted_value(capsys):
+    import pytest
+
+    import kvsim
+
+    argv = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--requests", "2", "--pcie-p2p", "yes"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "must be True, False or None" in err[0]
+    assert 'true, false (unquoted) or "none"' in err[0]
+    with pytest.raises(kvsim.InvalidArgumentError, match="in a TOML file true or false, unquoted"):
+        kvsim.SimConfig(enable_prefix_caching="false")
+
+
+def test_json_and_sweep_rows_carry_the_resolved_transport(capsys, tmp_path: Path):
+    import json
+
+    base = ["run", "--model", "llama-3-8b", "--requests", "3", "--json"]
+    for extra, want in (
+        (["--gpu", "rtx-4090", "-tp", "2"], "host-staged"),
+        (["--gpu", "rtx-4090", "-tp", "2", "--pcie-p2p"], "pcie-p2p"),
+        (["--gpu", "h100-80gb", "-tp", "2"], "peer-link"),
+        (["--gpu", "h100-80gb"], "none"),
+        (["--gpu", "rtx-4090", "-tp", "2", "--time-model", "linear"], "none"),
+    ):
+        assert main([*base, *extra]) == 0
+        assert json.loads(capsys.readouterr().out)["collective_transport"] == want, extra
+    out = tmp_path / "s.parquet"
+    argv = [
+        "sweep",
+        "--base",
+        "model=llama-3-8b",
+        "--base",
+        "gpu=rtx-4090",
+        "--base",
+        "tensor_parallel_size=2",
+    ]
+    argv += ["--grid", "pcie_p2p=true,false,none", "--requests", "3", "--output", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    frame = pl.read_parquet(out).sort("collective_transport")
+    got = dict(zip(frame["pcie_p2p"].to_list(), frame["collective_transport"].to_list(), strict=True))
+    assert got == {True: "pcie-p2p", False: "host-staged", None: "host-staged"}
+
+
+def test_a_gpu_file_sets_pcie_p2p_and_refuses_a_non_bool(capsys, tmp_path: Path):
+    import pytest
+
+    from kvsim.errors import InvalidArgumentError
+    from kvsim.model.gpus import from_file, from_spec
+
+    spec = {"memory": "24GiB", "bandwidth": "1008GB/s", "tflops": 165}
+    assert from_spec(spec).pcie_p2p is True  # (a described GPU's default)
+    assert from_spec({**spec, "pcie_p2p": False}).pcie_p2p is False
+    for bad in ("false", 0, 1.0):
+        with pytest.raises(InvalidArgumentError, match=r"pcie_p2p .* must be true or false"):
+            from_spec({**spec, "pcie_p2p": bad})
+    path = tmp_path / "g.toml"
+    path.write_text('memory = "24GiB"\nbandwidth = "1008GB/s"\ntflops = 165\npcie_p2p = false\n')
+    assert from_file(path).pcie_p2p is False
+    argv = ["run", "--model", "llama-3-8b", "--gpu", str(path), "-tp", "2", "--requests", "3"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "staged through host memory" in out
+    assert "off in g's figures, pcie_p2p false" in out  # (not said to be a GeForce card)
+    argv = ["run", "--model", "llama-3-8b", "--gpu-memory", "24GiB", "--gpu-bandwidth", "1008GB/s"]
+    argv += ["--gpu-tflops", "165", "-tp", "2", "--requests", "3"]
+    assert main(argv) == 0
+    assert "peer-to-peer assumed for a described GPU" in capsys.readouterr().out

@@ -262,6 +262,9 @@ def run_point(point: Point) -> dict[str, Any]:
         "backend": point.backend,
     }
     row.update(resolved)
+    # (the collectives' transport resolved, beside the unresolved pcie_p2p; not in `resolved`, which ids
+    # a point: it follows from the fields)
+    row["collective_transport"] = config.collective_transport
     if row.get("router_weights") is not None:  # a mapping: one text column (`prefix=3,queue=1`)
         row["router_weights"] = ",".join(f"{k}={v:g}" for k, v in row["router_weights"].items())
     row.update({WORKLOAD_PREFIX + k: _plain(v) for k, v in point.workload_params.items()})

@@ -335,6 +335,39 @@ class ConfigTimeModel:
         return ", ".join(parts)
 
     @property
+    def collective_transport(self) -> str:
+        """How the roofline's collectives between GPUs travel, resolved (`pcie_p2p` unset: the GPU's own):
+        "peer-link" (NVLink, Infinity Fabric), "pcie-p2p", "host-staged" (PCIe without peer-to-peer), the
+        first joined with "+" to one of the others where a group spans peer domains over PCIe, or "none"
+        (one GPU, no collective, or a time model that prices none: linear, ticks, hand-set coefficients).
+        `--json` and `kvsim sweep`'s rows carry it beside the unresolved `pcie_p2p`."""
+        if self.time_model != "roofline" or getattr(self, "_hand_roofline", None) is not None:
+            return "none"
+        from kvsim.model.collectives import collective_link, moe_collectives
+        from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.models import resolve as resolve_model
+        from kvsim.model.timing import _moe_layer_flags
+
+        gpu = resolve_gpu(self.gpu)
+        tp, dp = self.tensor_parallel_size, self.data_parallel_size
+        model = resolve_model(self.model)
+        coll = moe_collectives(
+            model, tp, dp, self.enable_expert_parallel, _moe_layer_flags(model), is_rocm(gpu.arch)
+        )
+        links = []
+        if tp > 1:
+            links.append(collective_link(gpu, tp, pcie_p2p=self.pcie_p2p))
+        if coll.gather > 1:
+            links.append(collective_link(gpu, coll.gather, coll.stride, self.pcie_p2p))
+        if not links:
+            return "none"
+        p2p = bool(gpu.pcie_p2p) if self.pcie_p2p is None else self.pcie_p2p
+        parts = ["peer-link"] if getattr(gpu, "peer_bandwidth", 0.0) else []
+        if any(x.pcie for x in links):
+            parts.append("pcie-p2p" if p2p else "host-staged")
+        return "+".join(parts) or "none"
+
+    @property
     def roofline(self) -> Any:
         """The roofline's coefficients (`kvsim.model.timing.RooflineTimeModel`) under `time_model="roofline"`,
         else None."""
