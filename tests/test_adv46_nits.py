@@ -108,3 +108,16 @@ def test_a_gpu_file_sets_pcie_p2p_and_refuses_a_non_bool(capsys, tmp_path: Path)
     argv += ["--gpu-tflops", "165", "-tp", "2", "--requests", "3"]
     assert main(argv) == 0
     assert "peer-to-peer assumed for a described GPU" in capsys.readouterr().out
+
+
+def test_a_gpu_files_pool_and_time_lines_name_it_alike(capsys, tmp_path: Path):
+    """adv46 #10: the pool line said `g1 × 0.92`, the time line the file's path."""
+    path = tmp_path / "g1.toml"
+    path.write_text('preset = "rtx-4090"\npeer_link = "50GB/s"\npeer_domain = 2\n')
+    assert main(["run", "--model", "llama-3-8b", "--gpu", str(path), "-tp", "2", "--requests", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "(g1 × 0.92" in out
+    assert "roofline of llama-3-8b on g1," in out
+    for line in out.splitlines():
+        if line.startswith(("pool:", "time:")):
+            assert str(path) not in line  # (the config line echoes the --gpu given: the path)

@@ -245,7 +245,9 @@ class ConfigTimeModel:
 
         # (the model as the pool line names it: an alias, deepseek-r1, with the preset it resolves to)
         model = model_label(self.model, resolve_model(self.model).name) if self.model is not None else None
-        gpu = getattr(self.gpu, "name", self.gpu)
+        from kvsim.model.gpus import resolve as resolve_gpu
+
+        gpu = resolve_gpu(self.gpu).name  # (a GPU file by its Gpu's name, as the pool line says it)
         if getattr(self, "_hand_roofline", None) is not None:
             head = "time: roofline of hand-set coefficients"
         elif self.calibration is not None:
