@@ -108,6 +108,10 @@ def test_a_gpu_file_sets_pcie_p2p_and_refuses_a_non_bool(capsys, tmp_path: Path)
     argv += ["--gpu-tflops", "165", "-tp", "2", "--requests", "3"]
     assert main(argv) == 0
     assert "peer-to-peer assumed for a described GPU" in capsys.readouterr().out
+    # (on a preset, the preset's own P2P: no assumption said)
+    argv = ["run", "--model", "llama-3-8b", "--gpu", "rtx-pro-6000", "--gpu-memory", "48GiB", "-tp", "2"]
+    assert main([*argv, "--requests", "3"]) == 0
+    assert "assumed" not in capsys.readouterr().out
 
 
 def test_a_gpu_files_pool_and_time_lines_name_it_alike(capsys, tmp_path: Path):

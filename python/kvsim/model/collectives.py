@@ -132,8 +132,8 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1, pcie_p2p: bool | None
                 f"over PCIe peer-to-peer at {_gbs(rate)} each way (no GPU-to-GPU link in {gpu.name}'s figures; "
                 "a GPU spec's peer_link gives one)"
             )
-            if pcie_p2p is None and getattr(gpu, "source", "").startswith("described by"):
-                # (a described GPU's P2P is its description's default, not a fact about the card)
+            if pcie_p2p is None and getattr(gpu, "source", "").endswith("; pcie_p2p assumed"):
+                # (a GPU described without a preset: its P2P is the description's default, not a fact)
                 how += (
                     "; peer-to-peer assumed for a described GPU (--no-pcie-p2p, or pcie_p2p = false in its "
                     "file, if it has none)"

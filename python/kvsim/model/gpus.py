@@ -747,7 +747,8 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
     if not isinstance(name, str) or not name.strip():
         raise InvalidArgumentError(f"{where}: name {name!r} must be a non-empty string")
     fields["name"] = name
-    fields["source"] = f"described by {where}"
+    assumed = base is None and spec.get("pcie_p2p") is None  # (the time line says P2P is assumed)
+    fields["source"] = f"described by {where}" + ("; pcie_p2p assumed" if assumed else "")
     return Gpu(**fields)
 
 
