@@ -161,3 +161,42 @@ def test_the_cli_switch(capsys):
         assert data["config"]["pcie_p2p"] is want
     assert main([*base, "--no-pcie-p2p"]) == 0
     assert "staged through host memory" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("time_model", "why"),
+    [("linear", "time_model 'linear' prices no collectives"), ("ticks", "ticks are no GPU's time")],
+)
+def test_a_pcie_p2p_the_time_model_cannot_apply_is_refused_by_name(capsys, time_model, why):
+    """adv46 #2: under linear and ticks (no collectives priced) it was silently ignored, two identical rows."""
+    base = ["run", "--model", "llama-3-8b", "--gpu", "rtx-4090", "-tp", "2", "--requests", "5"]
+    for flag in (["--pcie-p2p"], ["--no-pcie-p2p"]):
+        assert main([*base, "--time-model", time_model, *flag]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1
+        assert "pcie_p2p" in err[0]
+        assert why in err[0]
+    with pytest.raises(kvsim.InvalidArgumentError, match="pcie_p2p False needs time_model 'roofline'"):
+        kvsim.SimConfig(model="llama-3-8b", gpu="rtx-4090", time_model=time_model, pcie_p2p=False)
+    # unset (the GPU's own) stays accepted, and the roofline takes it
+    assert main([*base, "--time-model", time_model, "--pcie-p2p", "none"]) == 0
+    capsys.readouterr()
+    kvsim.SimConfig(model="llama-3-8b", gpu="rtx-4090", time_model="roofline", pcie_p2p=False)
+
+
+def test_a_sweep_over_time_models_skips_the_point_pcie_p2p_cannot_apply_to(capsys, tmp_path):
+    out = tmp_path / "s.parquet"
+    argv = [
+        "sweep",
+        "--base",
+        "model=llama-3-8b",
+        "--base",
+        "gpu=rtx-4090",
+        "--base",
+        "tensor_parallel_size=2",
+    ]
+    argv += ["--base", "pcie_p2p=false", "--grid", "time_model=roofline,linear", "--requests", "5"]
+    assert main([*argv, "--output", str(out)]) == 2
+    assert "time_model 'linear' prices no collectives" in capsys.readouterr().err
+    assert main([*argv, "--skip-invalid", "--output", str(out)]) == 0
+    capsys.readouterr()

@@ -492,7 +492,10 @@ def _search(
                 if aside and "goodput_fraction" in values and summary.get("num_requests"):
                     # (the share meeting the per-request SLOs among the requests that can be served)
                     total = summary["num_requests"]
-                    values["goodput_fraction"] = values["goodput_fraction"] * total / max(total - aside, 1)
+                    # (none: a share of no request, every one set aside, is no number)
+                    values["goodput_fraction"] = (
+                        None if total <= aside else values["goodput_fraction"] * total / (total - aside)
+                    )
                 # A rejected request is never served: no bound holds for it, whatever those served met
                 # (a pool too small for most of the workload passed on the few it admitted); but those
                 # rejected at every probe whatever the value (`unservable`) are set aside.

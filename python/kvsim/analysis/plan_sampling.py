@@ -156,10 +156,16 @@ def fmt_end(x: float, slo: SLO) -> str:
 
 def fmt_interval(span: tuple[float | None, float | None] | None, slo: SLO) -> str:
     """An interval of `slo`'s statistic as the tables print it (`PlanResult.table`, `kvsim plan
-    --split`'s): `[A,B]`, `(-∞,B]` or `[A,∞)` for an end too few requests give, `-` without one."""
+    --split`'s): `[A,B]`, `(-∞,B]` or `[A,∞)` for an end too few requests give, `too few` where they
+    give neither (a mean's `too few (n<30)`: `moment_ci.MIN_MEAN_N`; it printed `(-∞,∞)`, read as an
+    interval computed), `-` without one."""
     if span is None:
         return "-"
     low, high = span
+    if low is None and high is None:
+        from kvsim.analysis.moment_ci import MIN_MEAN_N
+
+        return f"too few (n<{MIN_MEAN_N})" if slo.metric.endswith("_mean") else "too few"
     return (
         ("(-∞" if low is None else f"[{fmt_end(low, slo)}")
         + ","

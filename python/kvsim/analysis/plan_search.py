@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from kvsim.analysis.plan_sampling import fmt_interval, interval, sample_caveat, unsure_slos
-from kvsim.analysis.steady_state import STEADY_SPANS, fmt_spans, steady_requests
+from kvsim.analysis.steady_state import STEADY_SPANS, fmt_need, fmt_spans, steady_requests
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
@@ -402,7 +402,7 @@ class PlanResult:
             rate = row.get("rate") if self.axis != "rate" else self.value
             ran = done if isinstance(done, int) else None
             need = (
-                f": about {fmt_count(steady_requests(e2e, rate, ran, span), 'request')} at this rate, or more"
+                f": {fmt_need(steady_requests(e2e, rate, ran, span))}"
                 if isinstance(rate, float | int) and rate > 0
                 else ""
             )
@@ -564,6 +564,46 @@ class PlanResult:
             return f"every {noun} probed {high}, down to {bottom}: no {adj[low]} {noun} bounds the answer yet"
         return f"no {noun} probed"
 
+    def _nothing_served(self) -> str:
+        """The message where no probe served a request, every one rejected (`--max-model-len 16`): no SLO
+        can be judged on none, so no advice to loosen them, lower a rate or change the GPU, only why the
+        requests were rejected (`unservable`'s reasons, where it knows them) and what admits them; "" where
+        a probe served one, or the probes carry no counts (a caller's)."""
+        if self.probes.height == 0 or not {"completed", "rejected"} <= set(self.probes.columns):
+            return ""
+        ran = self.probes.filter(pl.col("rejected").is_not_null())
+        if ran.height == 0 or ran["completed"].fill_null(0).max() != 0 or ran["rejected"].min() == 0:
+            return ""
+        total = max(int(v) for v in ran["rejected"].to_list())
+        fixes = {
+            "prompt_len reaches max_model_len": "a max_model_len (--max-model-len) that holds the prompts and "
+            "some output, or shorter prompts",
+            "its samples need more running seats": "a max_num_seqs (--max-num-seqs) of at least the samples "
+            "a request asks for, or fewer samples",
+        }
+        why, fix = "", "kvsim run at one of these values says why each was rejected"
+        if self.unservable:
+            why = (
+                " ("
+                + "; ".join(
+                    f"{n:,}: {reason.replace(': ', ', ', 1)}" for reason, n in self.unservable.items()
+                )
+                + ")"
+            )
+            found = [f for r in self.unservable for k, f in fixes.items() if r.startswith(k)]
+            if found and sum(self.unservable.values()) >= total:
+                fix = "; ".join(found) + " would admit them"
+        refused = ""
+        if "refused" in self.probes.columns:
+            n_refused = sum(1 for r in self.probes["refused"].to_list() if r)
+            if n_refused:
+                refused = f" ({fmt_count(n_refused, 'value')} refused by the configuration without a run)"
+        return (
+            f"no request served at any {self.axis} probed{refused}: every one of the "
+            f"{fmt_count(total, 'request')} was rejected at every probe{why}, so no SLO ({', '.join(s.label() for s in self.slos)}) "
+            f"can be judged on them, whatever the {self.axis}; {fix}"
+        )
+
     @property
     def message(self) -> str:
         """The outcome in one or two sentences."""
@@ -603,6 +643,9 @@ class PlanResult:
                 f"{self._fmt(hi)}",
             }[self.status]
         aside = sum(self.unservable.values())
+        nothing = self._nothing_served()
+        if nothing:
+            return nothing
         if "rejected" in self.probes.columns:
             rejecting = self.probes.filter(pl.col("rejected").fill_null(0) > aside)
             if rejecting.height:
@@ -648,7 +691,14 @@ class PlanResult:
         if self.axis != "rate" and "rate" in self.probes.columns:
             cols.append("rate")
         # (each SLO's 95 % interval, from kvsim's probes: a percentile's, a mean's, a goodput fraction's)
-        cis = [s for s in self.slos if f"{s.metric}_n" in self.probes.columns]
+        # (a goodput fraction's column too where no probe had a request to give its interval, as a mean's
+        # shows "-" then: kvsim's probes, which count the requests, `num_requests`)
+        cis = [
+            s
+            for s in self.slos
+            if f"{s.metric}_n" in self.probes.columns
+            or (s.metric == "goodput_fraction" and "num_requests" in self.probes.columns)
+        ]
         at = cols.index("passed") + 1 + len(self.slos)
         ci_cols = {f"{s.metric} 95% CI": s for s in cis}
         cols[at:at] = list(ci_cols)

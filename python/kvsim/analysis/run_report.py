@@ -10,7 +10,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from kvsim.analysis.steady_state import MIN_RATE_ARRIVALS, queue_growth, too_short, too_short_note
+from kvsim.analysis.steady_state import (
+    MIN_RATE_ARRIVALS,
+    ONE_REQUEST_NOTE,
+    queue_growth,
+    too_short,
+    too_short_note,
+)
 from kvsim.model.units import fmt_count
 
 
@@ -139,6 +145,8 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         notes.append(
             too_short_note(s["completed"], arrived_over, e2e_p99, note_rate(workload, s["completed"], rate))
         )
+    elif growth is None and s["completed"] == 1:  # (`warmup` needs 2: one request is no steady state either)
+        notes.append(ONE_REQUEST_NOTE)
     if s["rejected"]:
         reasons = result.requests["reject_reason"].drop_nulls().value_counts(sort=True)
         why = "; ".join(f"{reason}: {n:,}" for reason, n in reasons.iter_rows())

@@ -76,6 +76,22 @@ the workload states none (a trace): from fewer the span is a handful of gaps (2 
 rate anywhere from a few to 10^9 requests/s), and the note says the rate cannot be told."""
 
 
+COUNT_CEILING = 2**53
+"""The most requests `steady_requests` counts (the largest count a float holds exactly): past it the
+count it gives is this, a floor like the rest, which every note prints as more than
+`plan_sampling.SETTLE_CAP`, "more than kvsim usefully runs" (until 2026-12-06 it raised instead, after
+the run: `--workload sharegpt:arrival_rate=1e15` ended run, sweep and plan with an error)."""
+
+
+def _number(name: str, x: Any, unit: str) -> float:
+    """`x` as a float where it is a finite number of 0 or more (not a bool), else InvalidArgumentError
+    naming it."""
+    ok = not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
+    if not ok or (isinstance(x, (int, np.integer)) and abs(int(x)) > 2**53) or not 0 <= float(x) < math.inf:
+        raise InvalidArgumentError(f"{name} {x!r} must be a finite number of 0 or more ({unit})")
+    return float(x)
+
+
 def steady_requests(e2e: float, rate: float, finished: int | None = None, span: float | None = None) -> int:
     """The requests a steady state needs at `rate` req/s: arrivals over `STEADY_SPANS` times the e2e p99
     `e2e` (a floor: the e2e p99 grows as a longer run fills the engine). Given the run's `finished`
@@ -84,44 +100,69 @@ def steady_requests(e2e: float, rate: float, finished: int | None = None, span: 
     the rate, by chance), the run's count scaled by how far it fell short (`finished` × `STEADY_SPANS` ×
     `e2e` / `span`; from `MIN_RATE_ARRIVALS` of them on, fewer giving no rate to trust) and at least one
     more than it ran (1,000 requests over 4.95 e2e p99s at a nominal 6.189 req/s, arriving at 6.24, asked
-    for 1,000 until 2026-12-06; now 1,010).
+    for 1,000 until 2026-12-06; now 1,010). Never more than `COUNT_CEILING` (a floor past it).
 
     Raises:
-        InvalidArgumentError: `e2e` or `rate` not a finite number of 0 or more (naming it), or their
-            product past 2**53 requests.
+        InvalidArgumentError: `e2e`, `rate` or `span` not a finite number of 0 or more, or `finished` not
+            a count (an integer from 0 to 2**53), naming it.
     """
-    for name, x in (("e2e", e2e), ("rate", rate)):
-        ok = not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
-        if (
-            not ok
-            or (isinstance(x, (int, np.integer)) and abs(int(x)) > 2**53)
-            or not 0 <= float(x) < math.inf
-        ):
-            raise InvalidArgumentError(f"{name} {x!r} must be a finite number of 0 or more (s; req/s)")
-    need_f = STEADY_SPANS * float(e2e) * float(rate)
-    if need_f > 2**53:
-        raise InvalidArgumentError(f"e2e {e2e!r} at rate {rate!r} asks more requests than a count holds")
-    need = math.ceil(need_f)
-    if (
-        finished is not None
-        and span is not None
-        and span > 0
-        and short_of_steady(span, e2e)
-        and need <= finished
+    e2e_f = _number("e2e", e2e, "s")
+    rate_f = _number("rate", rate, "req/s")
+    if finished is not None and (
+        isinstance(finished, bool)
+        or not isinstance(finished, (int, np.integer))
+        or not 0 <= int(finished) <= COUNT_CEILING
     ):
-        need = finished + 1
-        if finished >= MIN_RATE_ARRIVALS:
-            need = max(need, math.ceil(finished * STEADY_SPANS * e2e / span))
+        raise InvalidArgumentError(
+            f"finished {finished!r} must be a count of requests (an integer from 0 to 2**53)"
+        )
+    span_f = None if span is None else _number("span", span, "s")
+    need_f = STEADY_SPANS * e2e_f * rate_f
+    if need_f >= COUNT_CEILING:
+        return COUNT_CEILING
+    need = math.ceil(need_f)
+    if finished is not None and span_f is not None and span_f > 0 and short_of_steady(span_f, e2e_f):
+        ran = int(finished)
+        if need <= ran:
+            need = min(ran + 1, COUNT_CEILING)
+            if ran >= MIN_RATE_ARRIVALS:
+                scaled = ran * STEADY_SPANS * e2e_f / span_f
+                need = COUNT_CEILING if scaled >= COUNT_CEILING else max(need, math.ceil(scaled))
     return need
+
+
+def fmt_need(need: int) -> str:
+    """`steady_requests`' count `need` as the notes print it: "about N requests at this rate, or more",
+    or past `plan_sampling.SETTLE_CAP` "more than 10,000,000 requests at this rate, more than kvsim
+    usefully runs"."""
+    from kvsim.analysis.plan_sampling import SETTLE_CAP
+
+    if need > SETTLE_CAP:
+        return f"more than {fmt_count(SETTLE_CAP, 'request')} at this rate, more than kvsim usefully runs"
+    return f"about {fmt_count(need, 'request')} at this rate, or more"
 
 
 def fmt_spans(span: float, e2e: float) -> str:
     """How many times the e2e p99 `e2e` arrivals over `span` seconds lasted, as the notes print it: three
     significant figures, rounded down where rounding would reach `STEADY_SPANS` from below, so a run short
-    of the rule never prints as meeting it (4.996 → "4.99", not "5"; 160 s over 32.3 s → "4.95")."""
-    ratio = span / e2e
+    of the rule never prints as meeting it (4.996 → "4.99", not "5"; 160 s over 32.3 s → "4.95").
+
+    Raises:
+        InvalidArgumentError: `span` not a finite number of 0 or more, or `e2e` not one above 0 (a run
+            whose e2e p99 is 0 lasted no number of times it, and is never short of a steady state),
+            naming it.
+    """
+    span_f = _number("span", span, "s")
+    if _number("e2e", e2e, "s") <= 0:
+        raise InvalidArgumentError(
+            f"e2e {e2e!r} must be above 0: arrivals last no number of times an e2e p99 of 0 "
+            "(and such a run is never short of a steady state)"
+        )
+    ratio = span_f / float(e2e)
+    if not math.isfinite(ratio):
+        return "∞"
     text = f"{ratio:.3g}"
-    if ratio < STEADY_SPANS <= float(text):
+    if 0 < ratio < STEADY_SPANS <= float(text):
         places = 2 - math.floor(math.log10(ratio))
         text = f"{math.floor(ratio * 10**places) / 10**places:.{places}f}"
     return text
@@ -166,11 +207,19 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[f
     of arrivals (a floor: the e2e p99 grows as a longer run fills the engine). A batch, every request
     arriving at once, has no rate to sustain: it says so instead. `rate` is `note_rate`'s (a bare number:
     "their rate"); None where too few arrived to tell one (no request count then), and past
-    `plan_sampling.SETTLE_CAP` requests the count is given as more than that."""
-    from kvsim.analysis.plan_sampling import SETTLE_CAP
+    `plan_sampling.SETTLE_CAP` requests the count is given as more than that.
 
-    done = fmt_count(finished, "request")
-    if span <= 0:
+    Raises:
+        InvalidArgumentError: `finished` not a count, `span` not a finite number of 0 or more, `e2e` not
+            one above 0 where `span` is (`fmt_spans`), or `rate` not a finite number of 0 or more, naming
+            it.
+    """
+    if isinstance(finished, bool) or not isinstance(finished, (int, np.integer)) or finished < 0:
+        raise InvalidArgumentError(
+            f"finished {finished!r} must be a count of requests (an integer, 0 or more)"
+        )
+    done = fmt_count(int(finished), "request")
+    if _number("span", span, "s") <= 0:
         return (
             f"not a steady state: the {done} that finished arrived at once, a batch, not a rate; its latencies "
             "are the batch's as it drains, not those of a rate the engine sustains (arrivals at a rate measure "
@@ -190,16 +239,22 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[f
             "generator's arrival_rate states one)"
         )
     value, whose = rate if isinstance(rate, tuple) else (rate, "their rate")
-    need = steady_requests(e2e, value, finished, span)
-    count = (
-        f"more than {fmt_count(SETTLE_CAP, 'request')} at this rate, more than kvsim usefully runs"
-        if need > SETTLE_CAP
-        else f"about {fmt_count(need, 'request')} at this rate, or more (--requests)"
-    )
+    count = fmt_need(steady_requests(e2e, value, finished, span))
+    if not count.endswith("usefully runs"):
+        count += " (--requests)"
     return (
         f"{head}{whose}, {value:.3g} requests/s, keeps in a steady state; one needs arrivals over "
         f"{STEADY_SPANS:g} times the e2e p99: {count}"
     )
+
+
+ONE_REQUEST_NOTE = (
+    "not a steady state: a single request finished, which gives no rate and shares the engine with no other: "
+    "its latencies are an empty engine's, not those of a rate the engine sustains; one needs arrivals over "
+    f"{STEADY_SPANS:g} times the e2e p99, so more requests (--requests; a generator's arrival_rate states a rate)"
+)
+"""`kvsim run`'s note on a run where one request finished (`warmup` needs 2; until 2026-12-06 such a run,
+the least steady there is, got no note while 2 requests got one)."""
 
 
 def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: int = 8) -> str | None:
@@ -252,7 +307,9 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
     labels = []
     for r in points.values():
         name = " ".join(f"{c}={r[c]}" for c in axes) or "the sweep's point"
-        if r["arrival_span_s"] <= 0:
+        if r["arrival_span_s"] <= 0 and r.get("completed") == 1:
+            labels.append(f"{name} (one request finished: no rate)")
+        elif r["arrival_span_s"] <= 0:
             labels.append(f"{name} (arrived at once: a batch, not a rate)")
         else:
             labels.append(
@@ -288,8 +345,11 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
 
 
 __all__ = [
+    "COUNT_CEILING",
     "MIN_RATE_ARRIVALS",
+    "ONE_REQUEST_NOTE",
     "STEADY_SPANS",
+    "fmt_need",
     "fmt_spans",
     "queue_growth",
     "short_of_steady",

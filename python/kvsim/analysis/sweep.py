@@ -262,6 +262,9 @@ def run_point(point: Point) -> dict[str, Any]:
         "backend": point.backend,
     }
     row.update(resolved)
+    # (the collectives' transport resolved, beside the unresolved pcie_p2p; not in `resolved`, which ids
+    # a point: it follows from the fields)
+    row["collective_transport"] = config.collective_transport
     if row.get("router_weights") is not None:  # a mapping: one text column (`prefix=3,queue=1`)
         row["router_weights"] = ",".join(f"{k}={v:g}" for k, v in row["router_weights"].items())
     row.update({WORKLOAD_PREFIX + k: _plain(v) for k, v in point.workload_params.items()})
@@ -283,14 +286,17 @@ def steady_columns(result: Any, workload: Any) -> dict[str, Any]:
     sweep`'s note holds against the row's `e2e_s_p99` (`kvsim.analysis.steady_state.sweep_too_short_note`,
     kvsim run's rule), and `steady_requests`, the requests a steady state needs at the run's rate as
     `kvsim run`'s note counts them (`steady_state.steady_requests` at `run_report.note_rate`'s rate: the
-    workload's own, else the observed one); None where fewer than 2 requests finished, arrivals came at
+    workload's own, else the observed one; at most `steady_state.COUNT_CEILING`, 2**53, a floor past it);
+    None where none finished (the span 0 where one did), arrivals came at
     once, or no rate can be told."""
     from kvsim.analysis.run_report import note_rate
     from kvsim.analysis.steady_state import steady_requests, warmup
 
     w = warmup(result)
     if w is None:
-        return {"arrival_span_s": None, "steady_requests": None}
+        # (one finished request: its arrival spans 0 s, so the sweep's note names the point, no rate)
+        one = int(result.summary.get("completed") or 0) == 1
+        return {"arrival_span_s": 0.0 if one else None, "steady_requests": None}
     finished, span, e2e = w
     rate = note_rate(workload, finished, (finished - 1) / span if span > 0 else math.inf)
     need = None if rate is None or span <= 0 else steady_requests(e2e, rate[0], finished, span)

@@ -275,8 +275,9 @@ def config(run: Run, time_model: str) -> Any:
     }
     if e.get("max_model_len"):
         kw["max_model_len"] = int(e["max_model_len"])
-    if multi_gpu(run):
-        # (`P2P_EVIDENCE`: host staging assumed, peer-to-peer under `calibrated-p2p` for comparison)
+    if multi_gpu(run) and time_model != "linear":
+        # (`P2P_EVIDENCE`: host staging assumed, peer-to-peer under `calibrated-p2p` for comparison; the
+        # linear model prices no collectives, and SimConfig refuses a pcie_p2p it could not apply)
         kw["pcie_p2p"] = time_model == "calibrated-p2p"
     if time_model == "linear":
         kw["time_model"] = "linear"

@@ -640,6 +640,8 @@ def _json_head(args: argparse.Namespace, config: Any, info: dict[str, Any], back
         "pool": config.pool.line(),
         "time": config.time_line(),
         "config": config.describe(),
+        # (the resolved transport of the collectives, beside the config's unresolved pcie_p2p)
+        "collective_transport": config.collective_transport,
         "workload": info,
         "backend": backend,
     }

@@ -593,6 +593,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "startup": config.pool.figures.lines() if config.pool.figures is not None else [],
         "pool_sizing": config.pool.to_dict(),
         "config": config.describe(),
+        # (the resolved transport of the collectives, beside the config's unresolved pcie_p2p)
+        "collective_transport": config.collective_transport,
         "workload": info,
         "seed": info["seed"],
         "backend": backend,

@@ -110,7 +110,16 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1, pcie_p2p: bool | None
         return max(1, min(group, -(-gpus // stride)))
 
     p2p = bool(getattr(gpu, "pcie_p2p", True)) if pcie_p2p is None else pcie_p2p
-    why = "NVIDIA disables it on GeForce cards" if pcie_p2p is None else "pcie_p2p off"
+    from kvsim.model.gpu_tables import NO_PCIE_P2P
+
+    # (a described GPU's off is its description's, or its base preset's: not said to be a GeForce card's)
+    why = (
+        "pcie_p2p off"
+        if pcie_p2p is not None
+        else "NVIDIA disables it on GeForce cards"
+        if gpu.name in NO_PCIE_P2P
+        else f"off in {gpu.name}'s figures, pcie_p2p false"
+    )
     # (one direction of the host link between GPUs: peer-to-peer, or staged through host memory)
     pcie_rate = gpu.pcie_bandwidth if p2p else gpu.pcie_bandwidth / HOST_STAGED_SHARE
     latency = 0
@@ -123,6 +132,12 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1, pcie_p2p: bool | None
                 f"over PCIe peer-to-peer at {_gbs(rate)} each way (no GPU-to-GPU link in {gpu.name}'s figures; "
                 "a GPU spec's peer_link gives one)"
             )
+            if pcie_p2p is None and getattr(gpu, "source", "").endswith("; pcie_p2p assumed"):
+                # (a GPU described without a preset: its P2P is the description's default, not a fact)
+                how += (
+                    "; peer-to-peer assumed for a described GPU (--no-pcie-p2p, or pcie_p2p = false in its "
+                    "file, if it has none)"
+                )
         else:
             latency = HOST_STAGED_LATENCY_PS if crosses_pcie else 0
             how = (

@@ -43,7 +43,8 @@ class ConfigTimeModel:
     def _resolve_time_model(self) -> None:
         """`auto`: the roofline when a model and a GPU are named (with a calibration's efficiencies when one
         is given), else ticks; `calibrated` with a roofline calibration is the roofline. A calibration
-        given to ticks or linear, or a roofline without a model and a GPU, is refused."""
+        given to ticks or linear, a `pcie_p2p` given to anything but the roofline (the others price no
+        collectives), or a roofline without a model and a GPU, is refused."""
         named = self.model is not None and self.gpu is not None
         cal = None
         if self.calibration is not None:
@@ -77,6 +78,18 @@ class ConfigTimeModel:
         if tm == "roofline" and not named:
             raise InvalidArgumentError(
                 "time_model 'roofline' needs a model and a gpu (--model, --gpu) to price a step"
+            )
+        if self.pcie_p2p is not None and tm != "roofline":
+            # (the roofline's "changes nothing here" is for a run whose collectives cross no PCIe; these
+            # models price no collectives at all, so the knob cannot apply: refused, as a calibration is)
+            why = (
+                "ticks are no GPU's time"
+                if tm == "ticks"
+                else f"time_model {tm!r} prices no collectives between GPUs (its steps are a linear fit)"
+            )
+            raise InvalidArgumentError(
+                f"pcie_p2p {self.pcie_p2p} needs time_model 'roofline' (or 'auto' with a model and a gpu): "
+                f"{why}, so it could change nothing; leave it unset (none)"
             )
         object.__setattr__(self, "time_model", tm)
 
@@ -232,7 +245,9 @@ class ConfigTimeModel:
 
         # (the model as the pool line names it: an alias, deepseek-r1, with the preset it resolves to)
         model = model_label(self.model, resolve_model(self.model).name) if self.model is not None else None
-        gpu = getattr(self.gpu, "name", self.gpu)
+        from kvsim.model.gpus import resolve as resolve_gpu
+
+        gpu = resolve_gpu(self.gpu).name  # (a GPU file by its Gpu's name, as the pool line says it)
         if getattr(self, "_hand_roofline", None) is not None:
             head = "time: roofline of hand-set coefficients"
         elif self.calibration is not None:
@@ -320,6 +335,39 @@ class ConfigTimeModel:
                 + ")"
             )
         return ", ".join(parts)
+
+    @property
+    def collective_transport(self) -> str:
+        """How the roofline's collectives between GPUs travel, resolved (`pcie_p2p` unset: the GPU's own):
+        "peer-link" (NVLink, Infinity Fabric), "pcie-p2p", "host-staged" (PCIe without peer-to-peer), the
+        first joined with "+" to one of the others where a group spans peer domains over PCIe, or "none"
+        (one GPU, no collective, or a time model that prices none: linear, ticks, hand-set coefficients).
+        `--json` and `kvsim sweep`'s rows carry it beside the unresolved `pcie_p2p`."""
+        if self.time_model != "roofline" or getattr(self, "_hand_roofline", None) is not None:
+            return "none"
+        from kvsim.model.collectives import collective_link, moe_collectives
+        from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.models import resolve as resolve_model
+        from kvsim.model.timing import _moe_layer_flags
+
+        gpu = resolve_gpu(self.gpu)
+        tp, dp = self.tensor_parallel_size, self.data_parallel_size
+        model = resolve_model(self.model)
+        coll = moe_collectives(
+            model, tp, dp, self.enable_expert_parallel, _moe_layer_flags(model), is_rocm(gpu.arch)
+        )
+        links = []
+        if tp > 1:
+            links.append(collective_link(gpu, tp, pcie_p2p=self.pcie_p2p))
+        if coll.gather > 1:
+            links.append(collective_link(gpu, coll.gather, coll.stride, self.pcie_p2p))
+        if not links:
+            return "none"
+        p2p = bool(gpu.pcie_p2p) if self.pcie_p2p is None else self.pcie_p2p
+        parts = ["peer-link"] if getattr(gpu, "peer_bandwidth", 0.0) else []
+        if any(x.pcie for x in links):
+            parts.append("pcie-p2p" if p2p else "host-staged")
+        return "+".join(parts) or "none"
 
     @property
     def roofline(self) -> Any:

@@ -610,6 +610,7 @@ SPEC_KEYS = (
     "gpus_per_host",
     "network",
     "arch",
+    "pcie_p2p",
 )
 
 
@@ -656,7 +657,9 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
     bf16), `fp8_tflops`, `fp4_tflops`, `link` (host link, one direction: `32GB/s`), `peer_link` (GPU-to-GPU link such as NVLink,
     one direction; unset: the host link), `peer_links` (0: a switch; N: a full mesh of N links sharing
     `peer_link`), `peer_domain` (GPUs the peer link joins), `gpus_per_host` (0: unknown), `network` (the NIC a GPU
-    between hosts, one direction: `50GB/s`; unset: `base`'s, else a 400 Gb/s NIC), `arch` (`sm_90`, `gfx942`: the kernels vLLM picks), `name`. With `base` (a
+    between hosts, one direction: `50GB/s`; unset: `base`'s, else a 400 Gb/s NIC), `arch` (`sm_90`, `gfx942`: the kernels vLLM picks), `pcie_p2p`
+    (a bool: whether two of them do peer-to-peer over PCIe; unset: `base`'s, else true, as a datacenter
+    card's: a GeForce card described without a base says false), `name`. With `base` (a
     preset), the keys given replace its figures; without, `memory`, `bandwidth` and `tflops` are needed
     and `link` defaults to PCIe 4.0's 32 GB/s. The same numbers give the same answers as a preset.
 
@@ -725,6 +728,13 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
                     "sm_121 12.1); leave arch unset for a GPU it has no rules for"
                 )
         fields["arch"] = arch
+    if spec.get("pcie_p2p") is not None:
+        if not isinstance(spec["pcie_p2p"], bool):
+            raise InvalidArgumentError(
+                f"{where}: pcie_p2p {spec['pcie_p2p']!r} must be true or false (unquoted in a TOML file): "
+                "whether two of these GPUs do peer-to-peer over PCIe (unset: the base preset's, else true)"
+            )
+        fields["pcie_p2p"] = spec["pcie_p2p"]
     fields.setdefault("pcie_bandwidth", 32e9)
     fields.setdefault("fp8_flops", 0.0)
     fields.setdefault("fp4_flops", 0.0)
@@ -737,7 +747,8 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
     if not isinstance(name, str) or not name.strip():
         raise InvalidArgumentError(f"{where}: name {name!r} must be a non-empty string")
     fields["name"] = name
-    fields["source"] = f"described by {where}"
+    assumed = base is None and spec.get("pcie_p2p") is None  # (the time line says P2P is assumed)
+    fields["source"] = f"described by {where}" + ("; pcie_p2p assumed" if assumed else "")
     return Gpu(**fields)
 
 

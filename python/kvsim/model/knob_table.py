@@ -524,7 +524,8 @@ KNOBS: dict[str, Knob] = {
         "(tp's all-reduces, the MoE layers' all-gather and reduce-scatter) through host memory, priced at a "
         "quarter of the host link's rate and 14 us more a collective; changes nothing where the collectives "
         "cross a GPU-to-GPU link (NVLink); the time line names the transport; unset: the GPU's own (off on "
-        "GeForce cards, whose P2P NVIDIA disables; on for datacenter and workstation cards)",
+        "GeForce cards, whose P2P NVIDIA disables; on for datacenter and workstation cards); needs the "
+        "roofline (time_model linear and ticks price no collectives, and refuse it)",
         optional=True,
     ),
     "kv_cache_dtype": Knob(

@@ -46,6 +46,9 @@ from kvsim.model.knob_table import (
     default,
 )
 
+_UNSET = {"pcie_p2p": "the GPU's own: off on GeForce cards, on for the others and a described GPU"}
+"""What None means for an optional boolean knob, as its refusal says."""
+
 
 def _fail(name: str, value: Any, why: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"{name} {_show(value)} {why}")
@@ -105,7 +108,20 @@ def convert(name: str, value: Any) -> Any:
                 return bool(value)
         except ImportError:  # pragma: no cover
             pass
-        raise _fail(name, value, "must be True or False")
+        if k.optional:  # (pcie_p2p: None is the GPU's own)
+            unset = _UNSET.get(name, "unset")
+            raise _fail(
+                name,
+                value,
+                f'must be True, False or None ({unset}); in a TOML file true, false (unquoted) or "none", '
+                "on the command line true, false or none",
+            )
+        raise _fail(
+            name,
+            value,
+            "must be True or False (in a TOML file true or false, unquoted; on the command line "
+            "true or false)",
+        )
     if k.kind == "choice":
         if not isinstance(value, str) or value not in k.choices:
             raise _fail(name, value, f"is not one of {', '.join(repr(o) for o in k.choices)}")
