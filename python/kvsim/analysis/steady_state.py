@@ -117,7 +117,8 @@ def steady_requests(e2e: float, rate: float, finished: int | None = None, span: 
             f"finished {finished!r} must be a count of requests (an integer from 0 to 2**53)"
         )
     span_f = None if span is None else _number("span", span, "s")
-    need_f = STEADY_SPANS * e2e_f * rate_f
+    # (no request at a rate of 0 or an e2e of 0, whatever the other: 5 × 3.6e307 overflows, and inf × 0 is NaN)
+    need_f = 0.0 if e2e_f == 0 or rate_f == 0 else STEADY_SPANS * e2e_f * rate_f
     if need_f >= COUNT_CEILING:
         return COUNT_CEILING
     need = math.ceil(need_f)
@@ -126,7 +127,7 @@ def steady_requests(e2e: float, rate: float, finished: int | None = None, span: 
         if need <= ran:
             need = min(ran + 1, COUNT_CEILING)
             if ran >= MIN_RATE_ARRIVALS:
-                scaled = ran * STEADY_SPANS * e2e_f / span_f
+                scaled = ran * STEADY_SPANS * e2e_f / span_f if ran else 0.0
                 need = COUNT_CEILING if scaled >= COUNT_CEILING else max(need, math.ceil(scaled))
     return need
 
