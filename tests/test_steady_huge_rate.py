@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from kvsim.analysis.steady_state import COUNT_CEILING, fmt_spans, steady_requests, too_short_note
 from kvsim.cli import main
 from kvsim.errors import InvalidArgumentError
+from tests.test_sampling_hostile import ANY as HOSTILE
+from tests.test_sampling_hostile import _refused_or
 
 HUGE = ["--model", "llama-3-8b", "--gpu", "h100-80gb", "--requests", "20"]
 USEFULLY = "more than 10,000,000 requests at this rate, more than kvsim usefully runs"
@@ -84,25 +86,8 @@ def test_an_e2e_p99_of_0_is_refused_by_name_not_divided_by():
     assert fmt_spans(1, 1e-320) == "∞"
 
 
-ANY = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(10**400), 10**400),
-    st.integers(-5, 2000),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.floats(0, 1e6),
-    st.text(max_size=3),
-)
-
-
-def _refused_or(fn, *args):
-    message = ""
-    try:
-        return fn(*args)
-    except InvalidArgumentError as exc:
-        message = str(exc)
-    assert message  # (refused, and saying why)
-    return None
+# Whatever a caller might pass (`test_sampling_hostile`'s), plus plain rates and spans in range.
+ANY = st.one_of(HOSTILE, st.floats(0, 1e6))
 
 
 @settings(max_examples=400, deadline=None)
