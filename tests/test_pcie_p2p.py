@@ -19,6 +19,7 @@ from kvsim.model.collectives import (
 from kvsim.model.gpus import get
 from kvsim.model.models import resolve
 from kvsim.model.timing import _moe_layer_flags, roofline_time_model
+from tests.p2p_common import GEFORCE_TP2_SWEEP
 
 QWEN = dict(model="qwen3-32b", gpu="rtx-pro-6000", tensor_parallel_size=2, max_model_len=8192)
 
@@ -187,15 +188,14 @@ def test_a_pcie_p2p_the_time_model_cannot_apply_is_refused_by_name(capsys, time_
 def test_a_sweep_over_time_models_skips_the_point_pcie_p2p_cannot_apply_to(capsys, tmp_path):
     out = tmp_path / "s.parquet"
     argv = [
-        "sweep",
+        *GEFORCE_TP2_SWEEP,
         "--base",
-        "model=llama-3-8b",
-        "--base",
-        "gpu=rtx-4090",
-        "--base",
-        "tensor_parallel_size=2",
+        "pcie_p2p=false",
+        "--grid",
+        "time_model=roofline,linear",
+        "--requests",
+        "5",
     ]
-    argv += ["--base", "pcie_p2p=false", "--grid", "time_model=roofline,linear", "--requests", "5"]
     assert main([*argv, "--output", str(out)]) == 2
     assert "time_model 'linear' prices no collectives" in capsys.readouterr().err
     assert main([*argv, "--skip-invalid", "--output", str(out)]) == 0
