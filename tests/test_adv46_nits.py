@@ -83,7 +83,7 @@ def test_a_gpu_file_sets_pcie_p2p_and_refuses_a_non_bool(capsys, tmp_path: Path)
     from kvsim.model.gpus import from_file, from_spec
 
     spec = {"memory": "24GiB", "bandwidth": "1008GB/s", "tflops": 165}
-    assert from_spec(spec).pcie_p2p is True  # (a described GPU's default)
+    assert from_spec(spec).pcie_p2p is None  # (a described GPU's default: not known, taken as P2P)
     assert from_spec({**spec, "pcie_p2p": False}).pcie_p2p is False
     for bad in ("false", 0, 1.0):
         with pytest.raises(InvalidArgumentError, match=r"pcie_p2p .* must be true or false"):

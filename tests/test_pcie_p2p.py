@@ -200,3 +200,44 @@ def test_a_sweep_over_time_models_skips_the_point_pcie_p2p_cannot_apply_to(capsy
     assert "time_model 'linear' prices no collectives" in capsys.readouterr().err
     assert main([*argv, "--skip-invalid", "--output", str(out)]) == 0
     capsys.readouterr()
+
+
+def test_a_described_gpus_unknown_p2p_is_a_field_the_time_line_reads():
+    """A GPU described without a preset and without `pcie_p2p` holds None (not known), taken as P2P; the
+    time line's "assumed" comes from that field, not from its `source` text (which until 2026-12-06 ended
+    "; pcie_p2p assumed", and collectives read the suffix back)."""
+    import dataclasses
+    import pickle
+
+    from kvsim.model.collectives import pcie_p2p_of
+    from kvsim.model.gpus import from_spec
+
+    spec = {"memory": "24GiB", "bandwidth": "1008GB/s", "tflops": 165, "name": "card"}
+    unknown, said = from_spec(spec), from_spec({**spec, "pcie_p2p": True})
+    assert (unknown.pcie_p2p, said.pcie_p2p) == (None, True)
+    assert unknown.source == said.source == "described by gpu"
+    assert unknown != said
+    assert len({unknown, said, from_spec(spec)}) == 2
+    assert pickle.loads(pickle.dumps(unknown)) == unknown  # (a sweep's processes executor pickles points)
+    assert pcie_p2p_of(unknown)
+    assert pcie_p2p_of(said)
+    assert not pcie_p2p_of(unknown, False)
+    assert not pcie_p2p_of(from_spec({**spec, "pcie_p2p": False}))
+    assert from_spec({"memory": "48GiB"}, base=get("rtx-4090")).pcie_p2p is False  # (the base preset's)
+    assumed = "peer-to-peer assumed for a described GPU"
+    link = collective_link(unknown, 2)
+    assert (link.bandwidth, link.latency_ps) == (collective_link(said, 2).bandwidth, 0) == (32e9, 0)
+    assert assumed in link.how
+    assert assumed not in collective_link(said, 2).how
+    assert assumed not in collective_link(unknown, 2, pcie_p2p=True).how  # (a host's P2P given)
+    # The field, not the text: an old-style source with the field set says nothing assumed.
+    relabelled = dataclasses.replace(said, source="described by gpu; pcie_p2p assumed")
+    assert assumed not in collective_link(relabelled, 2).how
+    assert assumed in collective_link(dataclasses.replace(unknown, source="anything"), 2).how
+    # Between peer domains over PCIe the crossing is assumed P2P too, and said so.
+    bridged = from_spec({**spec, "peer_link": "50GB/s", "peer_domain": 2})
+    assert assumed in collective_link(bridged, 4).how
+    assert assumed not in collective_link(bridged, 2).how  # (within the bridge: no PCIe)
+    cfg = kvsim.SimConfig(model="llama-3-8b", gpu=unknown, tensor_parallel_size=2)
+    assert cfg.collective_transport == "pcie-p2p"
+    assert assumed in cfg.time_line()
