@@ -241,3 +241,57 @@ def test_a_described_gpus_unknown_p2p_is_a_field_the_time_line_reads():
     cfg = kvsim.SimConfig(model="llama-3-8b", gpu=unknown, tensor_parallel_size=2)
     assert cfg.collective_transport == "pcie-p2p"
     assert assumed in cfg.time_line()
+
+
+def _sweep(capsys, tmp_path, argv: list[str]) -> tuple[list[str], list[list[str]], list[str]]:
+    """`kvsim sweep`'s printed table (its header and rows, cells as printed) and its notes."""
+    out = tmp_path / f"s{len(list(tmp_path.iterdir()))}.parquet"
+    assert main([*argv, "--requests", "3", "--no-progress", "--output", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cells = [[c.strip() for c in ln.strip("│").split("┆")] for ln in lines if ln.startswith("│")]
+    return cells[0], cells[3:], [ln for ln in lines if ln.startswith("note: ")]
+
+
+def test_a_sweeps_table_shows_the_transport_where_its_multi_gpu_points_differ(capsys, tmp_path):
+    """The rows carried `collective_transport`, the printed table did not: a grid over pcie_p2p showed
+    three rows whose difference it did not name. Where the multi-GPU points' transports differ the table
+    has the column, each point's value its rows'."""
+    header, rows, notes = _sweep(capsys, tmp_path, [*GEFORCE_TP2_SWEEP, "--grid", "pcie_p2p=true,false,none"])
+    assert header[:3] == ["pcie_p2p", "collective_transport", "n_seeds"]
+    assert [r[:2] for r in rows] == [["true", "pcie-p2p"], ["false", "host-staged"], ["null", "host-staged"]]
+    assert not [n for n in notes if "host memory" in n]  # (the column says it)
+    # A GPU with NVLink beside one without, at tp 2: peer-link and pcie-p2p.
+    argv = ["sweep", "--base", "model=llama-3-8b", "--base", "tensor_parallel_size=2"]
+    header, rows, _ = _sweep(capsys, tmp_path, [*argv, "--grid", "gpu=h100-80gb,rtx-pro-6000"])
+    at = header.index("collective_transport")
+    assert [(r[header.index("gpu")], r[at]) for r in rows] == [
+        ("h100-80gb", "peer-link"),
+        ("rtx-pro-6000", "pcie-p2p"),
+    ]
+
+
+def test_a_sweep_staged_at_every_multi_gpu_point_says_so_under_the_table(capsys, tmp_path):
+    """One transport at every multi-GPU point is no column (it would repeat one value); host-staged, a line
+    under the table says it, with the staged path's figures. A tp 1 point (no collective) is not counted,
+    and a sweep over GPUs with NVLink (or P2P) says nothing."""
+    staged = "note: every multi-GPU point stages its collectives through host memory (collective_transport "
+    header, _, notes = _sweep(capsys, tmp_path, [*GEFORCE_TP2_SWEEP, "--grid", "max_num_seqs=8,16"])
+    assert "collective_transport" not in header
+    assert [n for n in notes if n.startswith(staged)] == [
+        f"{staged}host-staged: PCIe without peer-to-peer, 1/{HOST_STAGED_SHARE} of the host link's rate and "
+        f"{HOST_STAGED_LATENCY_PS / 1e6:g} µs more a collective); pcie_p2p=true prices GPUs that do peer-to-peer"
+    ]
+    argv = ["sweep", "--base", "model=llama-3-8b", "--base", "gpu=rtx-4090"]
+    header, rows, notes = _sweep(capsys, tmp_path, [*argv, "--grid", "tensor_parallel_size=1,2"])
+    assert "collective_transport" not in header
+    assert len(rows) == 2
+    assert [n for n in notes if n.startswith(staged)]
+    argv = ["sweep", "--base", "model=llama-3-8b", "--base", "gpu=h100-80gb"]
+    header, _, notes = _sweep(capsys, tmp_path, [*argv, "--grid", "tensor_parallel_size=1,2"])
+    assert "collective_transport" not in header
+    assert not [n for n in notes if "host memory" in n]
+    header, _, notes = _sweep(
+        capsys, tmp_path, [*GEFORCE_TP2_SWEEP, "--base", "pcie_p2p=true", "--grid", "max_num_seqs=8,16"]
+    )
+    assert "collective_transport" not in header
+    assert not [n for n in notes if "host memory" in n]
