@@ -11,6 +11,7 @@ import polars as pl
 from kvsim.analysis.plan_sampling import fmt_interval
 from kvsim.analysis.plan_search import SLO
 from kvsim.cli import main
+from tests.p2p_common import GEFORCE_TP2_SWEEP
 
 
 def test_an_interval_with_neither_end_says_too_few():
@@ -67,16 +68,7 @@ def test_json_and_sweep_rows_carry_the_resolved_transport(capsys, tmp_path: Path
         assert main([*base, *extra]) == 0
         assert json.loads(capsys.readouterr().out)["collective_transport"] == want, extra
     out = tmp_path / "s.parquet"
-    argv = [
-        "sweep",
-        "--base",
-        "model=llama-3-8b",
-        "--base",
-        "gpu=rtx-4090",
-        "--base",
-        "tensor_parallel_size=2",
-    ]
-    argv += ["--grid", "pcie_p2p=true,false,none", "--requests", "3", "--output", str(out)]
+    argv = [*GEFORCE_TP2_SWEEP, "--grid", "pcie_p2p=true,false,none", "--requests", "3", "--output", str(out)]
     assert main(argv) == 0
     capsys.readouterr()
     frame = pl.read_parquet(out).sort("collective_transport")
@@ -91,7 +83,7 @@ def test_a_gpu_file_sets_pcie_p2p_and_refuses_a_non_bool(capsys, tmp_path: Path)
     from kvsim.model.gpus import from_file, from_spec
 
     spec = {"memory": "24GiB", "bandwidth": "1008GB/s", "tflops": 165}
-    assert from_spec(spec).pcie_p2p is True  # (a described GPU's default)
+    assert from_spec(spec).pcie_p2p is None  # (a described GPU's default: not known, taken as P2P)
     assert from_spec({**spec, "pcie_p2p": False}).pcie_p2p is False
     for bad in ("false", 0, 1.0):
         with pytest.raises(InvalidArgumentError, match=r"pcie_p2p .* must be true or false"):

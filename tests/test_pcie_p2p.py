@@ -19,6 +19,7 @@ from kvsim.model.collectives import (
 from kvsim.model.gpus import get
 from kvsim.model.models import resolve
 from kvsim.model.timing import _moe_layer_flags, roofline_time_model
+from tests.p2p_common import GEFORCE_TP2_SWEEP
 
 QWEN = dict(model="qwen3-32b", gpu="rtx-pro-6000", tensor_parallel_size=2, max_model_len=8192)
 
@@ -187,16 +188,110 @@ def test_a_pcie_p2p_the_time_model_cannot_apply_is_refused_by_name(capsys, time_
 def test_a_sweep_over_time_models_skips_the_point_pcie_p2p_cannot_apply_to(capsys, tmp_path):
     out = tmp_path / "s.parquet"
     argv = [
-        "sweep",
+        *GEFORCE_TP2_SWEEP,
         "--base",
-        "model=llama-3-8b",
-        "--base",
-        "gpu=rtx-4090",
-        "--base",
-        "tensor_parallel_size=2",
+        "pcie_p2p=false",
+        "--grid",
+        "time_model=roofline,linear",
+        "--requests",
+        "5",
     ]
-    argv += ["--base", "pcie_p2p=false", "--grid", "time_model=roofline,linear", "--requests", "5"]
     assert main([*argv, "--output", str(out)]) == 2
     assert "time_model 'linear' prices no collectives" in capsys.readouterr().err
     assert main([*argv, "--skip-invalid", "--output", str(out)]) == 0
     capsys.readouterr()
+
+
+def test_a_described_gpus_unknown_p2p_is_a_field_the_time_line_reads():
+    """A GPU described without a preset and without `pcie_p2p` holds None (not known), taken as P2P; the
+    time line's "assumed" comes from that field, not from its `source` text (which until 2026-12-06 ended
+    "; pcie_p2p assumed", and collectives read the suffix back)."""
+    import dataclasses
+    import pickle
+
+    from kvsim.model.collectives import pcie_p2p_of
+    from kvsim.model.gpus import from_spec
+
+    spec = {"memory": "24GiB", "bandwidth": "1008GB/s", "tflops": 165, "name": "card"}
+    unknown, said = from_spec(spec), from_spec({**spec, "pcie_p2p": True})
+    assert (unknown.pcie_p2p, said.pcie_p2p) == (None, True)
+    assert unknown.source == said.source == "described by gpu"
+    assert unknown != said
+    assert len({unknown, said, from_spec(spec)}) == 2
+    assert pickle.loads(pickle.dumps(unknown)) == unknown  # (a sweep's processes executor pickles points)
+    assert pcie_p2p_of(unknown)
+    assert pcie_p2p_of(said)
+    assert not pcie_p2p_of(unknown, False)
+    assert not pcie_p2p_of(from_spec({**spec, "pcie_p2p": False}))
+    assert from_spec({"memory": "48GiB"}, base=get("rtx-4090")).pcie_p2p is False  # (the base preset's)
+    assumed = "peer-to-peer assumed for a described GPU"
+    link = collective_link(unknown, 2)
+    assert (link.bandwidth, link.latency_ps) == (collective_link(said, 2).bandwidth, 0) == (32e9, 0)
+    assert assumed in link.how
+    assert assumed not in collective_link(said, 2).how
+    assert assumed not in collective_link(unknown, 2, pcie_p2p=True).how  # (a host's P2P given)
+    # The field, not the text: an old-style source with the field set says nothing assumed.
+    relabelled = dataclasses.replace(said, source="described by gpu; pcie_p2p assumed")
+    assert assumed not in collective_link(relabelled, 2).how
+    assert assumed in collective_link(dataclasses.replace(unknown, source="anything"), 2).how
+    # Between peer domains over PCIe the crossing is assumed P2P too, and said so.
+    bridged = from_spec({**spec, "peer_link": "50GB/s", "peer_domain": 2})
+    assert assumed in collective_link(bridged, 4).how
+    assert assumed not in collective_link(bridged, 2).how  # (within the bridge: no PCIe)
+    cfg = kvsim.SimConfig(model="llama-3-8b", gpu=unknown, tensor_parallel_size=2)
+    assert cfg.collective_transport == "pcie-p2p"
+    assert assumed in cfg.time_line()
+
+
+def _sweep(capsys, tmp_path, argv: list[str]) -> tuple[list[str], list[list[str]], list[str]]:
+    """`kvsim sweep`'s printed table (its header and rows, cells as printed) and its notes."""
+    out = tmp_path / f"s{len(list(tmp_path.iterdir()))}.parquet"
+    assert main([*argv, "--requests", "3", "--no-progress", "--output", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cells = [[c.strip() for c in ln.strip("│").split("┆")] for ln in lines if ln.startswith("│")]
+    return cells[0], cells[3:], [ln for ln in lines if ln.startswith("note: ")]
+
+
+def test_a_sweeps_table_shows_the_transport_where_its_multi_gpu_points_differ(capsys, tmp_path):
+    """The rows carried `collective_transport`, the printed table did not: a grid over pcie_p2p showed
+    three rows whose difference it did not name. Where the multi-GPU points' transports differ the table
+    has the column, each point's value its rows'."""
+    header, rows, notes = _sweep(capsys, tmp_path, [*GEFORCE_TP2_SWEEP, "--grid", "pcie_p2p=true,false,none"])
+    assert header[:3] == ["pcie_p2p", "collective_transport", "n_seeds"]
+    assert [r[:2] for r in rows] == [["true", "pcie-p2p"], ["false", "host-staged"], ["null", "host-staged"]]
+    assert not [n for n in notes if "host memory" in n]  # (the column says it)
+    # A GPU with NVLink beside one without, at tp 2: peer-link and pcie-p2p.
+    argv = ["sweep", "--base", "model=llama-3-8b", "--base", "tensor_parallel_size=2"]
+    header, rows, _ = _sweep(capsys, tmp_path, [*argv, "--grid", "gpu=h100-80gb,rtx-pro-6000"])
+    at = header.index("collective_transport")
+    assert [(r[header.index("gpu")], r[at]) for r in rows] == [
+        ("h100-80gb", "peer-link"),
+        ("rtx-pro-6000", "pcie-p2p"),
+    ]
+
+
+def test_a_sweep_staged_at_every_multi_gpu_point_says_so_under_the_table(capsys, tmp_path):
+    """One transport at every multi-GPU point is no column (it would repeat one value); host-staged, a line
+    under the table says it, with the staged path's figures. A tp 1 point (no collective) is not counted,
+    and a sweep over GPUs with NVLink (or P2P) says nothing."""
+    staged = "note: every multi-GPU point stages its collectives through host memory (collective_transport "
+    header, _, notes = _sweep(capsys, tmp_path, [*GEFORCE_TP2_SWEEP, "--grid", "max_num_seqs=8,16"])
+    assert "collective_transport" not in header
+    assert [n for n in notes if n.startswith(staged)] == [
+        f"{staged}host-staged: PCIe without peer-to-peer, 1/{HOST_STAGED_SHARE} of the host link's rate and "
+        f"{HOST_STAGED_LATENCY_PS / 1e6:g} µs more a collective); pcie_p2p=true prices GPUs that do peer-to-peer"
+    ]
+    argv = ["sweep", "--base", "model=llama-3-8b", "--base", "gpu=rtx-4090"]
+    header, rows, notes = _sweep(capsys, tmp_path, [*argv, "--grid", "tensor_parallel_size=1,2"])
+    assert "collective_transport" not in header
+    assert len(rows) == 2
+    assert [n for n in notes if n.startswith(staged)]
+    argv = ["sweep", "--base", "model=llama-3-8b", "--base", "gpu=h100-80gb"]
+    header, _, notes = _sweep(capsys, tmp_path, [*argv, "--grid", "tensor_parallel_size=1,2"])
+    assert "collective_transport" not in header
+    assert not [n for n in notes if "host memory" in n]
+    header, _, notes = _sweep(
+        capsys, tmp_path, [*GEFORCE_TP2_SWEEP, "--base", "pcie_p2p=true", "--grid", "max_num_seqs=8,16"]
+    )
+    assert "collective_transport" not in header
+    assert not [n for n in notes if "host memory" in n]

@@ -446,6 +446,42 @@ def rejected_note(frame: Any) -> str | None:
     )
 
 
+TRANSPORT = "collective_transport"
+
+
+def multi_gpu_transports(frame: Any) -> list[str]:
+    """How a sweep's points on more than one GPU (tp · dp > 1) pass their collectives between GPUs
+    (`SimConfig.collective_transport`, the rows' `collective_transport`), each once in the order met; none
+    where the rows lack the column (a sweep file from before it)."""
+    import polars as pl
+
+    if TRANSPORT not in frame.columns:
+        return []
+    gpus = pl.lit(1)
+    for c in ("tensor_parallel_size", "data_parallel_size"):
+        if c in frame.columns:
+            gpus = gpus * pl.col(c).fill_null(1)
+    return frame.filter(gpus > 1)[TRANSPORT].drop_nulls().unique(maintain_order=True).to_list()
+
+
+def transport_note(frame: Any) -> str | None:
+    """A note when every multi-GPU point of a sweep stages its collectives through host memory (PCIe
+    without peer-to-peer: a GeForce card's default, or `pcie_p2p=false`), which no column shows then (the
+    table has a `collective_transport` column only where the multi-GPU points' transports differ:
+    `sweep_table`); none otherwise."""
+    from kvsim.model.collectives import HOST_STAGED_LATENCY_PS, HOST_STAGED_SHARE
+
+    kinds = multi_gpu_transports(frame)
+    if len(kinds) != 1 or "host-staged" not in kinds[0]:
+        return None
+    return (
+        f"every multi-GPU point stages its collectives through host memory ({TRANSPORT} {kinds[0]}: PCIe "
+        f"without peer-to-peer, 1/{HOST_STAGED_SHARE} of the host link's rate and "
+        f"{HOST_STAGED_LATENCY_PS / 1e6:g} µs more a collective); pcie_p2p=true prices GPUs that do "
+        "peer-to-peer"
+    )
+
+
 def ci_legend(table: Any) -> list[str]:
     """The lines under a sweep table that say what its `±` is (the seeds it is over, and t's size with
     few of them), and what `(past 0..1)` marks; none when no cell has an interval."""
@@ -484,11 +520,17 @@ def point_axes(frame: Any, spec: SweepSpec) -> list[str]:
 
 def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
     """The rows aggregated across seeds, in grid order, with the parameters that vary as the axes (the
-    grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show`."""
+    grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show`; where the
+    multi-GPU points pass their collectives between GPUs in different ways (`multi_gpu_transports`: a GPU
+    with NVLink and one without, `pcie_p2p` on and off), the `collective_transport` each point resolves to
+    after the axes (one way for all of them: no column; host-staged, `transport_note` says it)."""
     import polars as pl
 
-    agg = aggregate(frame, metrics=show)
-    axes = point_axes(agg, spec)
+    from kvsim.analysis.sweep_stats import parameter_columns
+
+    differs = len(multi_gpu_transports(frame)) > 1
+    agg = aggregate(frame, metrics=show, by=[*parameter_columns(frame), TRANSPORT] if differs else None)
+    axes = point_axes(agg, spec) + ([TRANSPORT] if differs else [])
     cols = [pl.col(c) for c in axes] + [pl.col("n_seeds")]
     for m in show:
         mean = pl.col(f"{m}_mean").round_sig_figs(4)
@@ -598,6 +640,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         short = sweep_too_short_note(outcome.frame, point_axes(outcome.frame, spec))
         if short is not None:  # (kvsim run's steady-state rule, once for the sweep)
             print(f"note: {short}")
+        staged = transport_note(outcome.frame)
+        if staged is not None:
+            print(f"note: {staged}")
     for line in sizing:
         print(f"note: {line}")
     return 0

@@ -64,6 +64,15 @@ class CollectiveLink:
     pcie: bool = False
 
 
+def pcie_p2p_of(gpu: Gpu, pcie_p2p: bool | None = None) -> bool:
+    """Whether collectives crossing PCIe between `gpu`s go peer-to-peer: `pcie_p2p` where given (a host's
+    `SimConfig.pcie_p2p`), else the GPU's own `Gpu.pcie_p2p`, its None (not known: a GPU described without
+    it) taken as True, as a datacenter card's (`collective_link`'s time line then says it is assumed)."""
+    if pcie_p2p is not None:
+        return pcie_p2p
+    return getattr(gpu, "pcie_p2p", None) is not False
+
+
 def _article(number: str) -> str:
     """`number` with its indefinite article as read aloud ("an 800", "a 400")."""
     return f"{'an' if number.startswith(('8', '11', '18')) else 'a'} {number}"
@@ -92,7 +101,8 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1, pcie_p2p: bool | None
       together: min(the domain's rate, its GPUs × the crossing's rate a GPU).
 
     PCIe between GPUs (no peer link, or between domains) is peer-to-peer when `pcie_p2p` (None: the GPU's own,
-    `Gpu.pcie_p2p`, False on GeForce cards); without it NCCL stages through host memory: a quarter of the
+    `Gpu.pcie_p2p`, False on GeForce cards, not known on a GPU described without it: taken as True and said
+    to be assumed; `pcie_p2p_of`); without it NCCL stages through host memory: a quarter of the
     host link's rate and `HOST_STAGED_LATENCY_PS` a collective (`HOST_STAGED_SHARE`). Over a peer link the
     flag changes nothing.
     """
@@ -109,7 +119,14 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1, pcie_p2p: bool | None
         """The group's GPUs among `gpus` consecutive ones (a domain, a host): one in every `stride`."""
         return max(1, min(group, -(-gpus // stride)))
 
-    p2p = bool(getattr(gpu, "pcie_p2p", True)) if pcie_p2p is None else pcie_p2p
+    p2p = pcie_p2p_of(gpu, pcie_p2p)
+    # (the GPU's P2P not known, none given: taken as P2P, and the time line says it is assumed)
+    assumed = (
+        "; peer-to-peer assumed for a described GPU (--no-pcie-p2p, or pcie_p2p = false in its file, if it "
+        "has none)"
+        if pcie_p2p is None and getattr(gpu, "pcie_p2p", None) is None
+        else ""
+    )
     from kvsim.model.gpu_tables import NO_PCIE_P2P
 
     # (a described GPU's off is its description's, or its base preset's: not said to be a GeForce card's)
@@ -130,14 +147,8 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1, pcie_p2p: bool | None
         if p2p:
             how = (
                 f"over PCIe peer-to-peer at {_gbs(rate)} each way (no GPU-to-GPU link in {gpu.name}'s figures; "
-                "a GPU spec's peer_link gives one)"
+                "a GPU spec's peer_link gives one)" + assumed
             )
-            if pcie_p2p is None and getattr(gpu, "source", "").endswith("; pcie_p2p assumed"):
-                # (a GPU described without a preset: its P2P is the description's default, not a fact)
-                how += (
-                    "; peer-to-peer assumed for a described GPU (--no-pcie-p2p, or pcie_p2p = false in its "
-                    "file, if it has none)"
-                )
         else:
             latency = HOST_STAGED_LATENCY_PS if crosses_pcie else 0
             how = (
@@ -168,7 +179,7 @@ def collective_link(gpu: Gpu, group: int, stride: int = 1, pcie_p2p: bool | None
         if p2p:
             how += (
                 f"; {joined} GPUs span {-(-joined // domain)} GPU-to-GPU domains of {domain}, joined by PCIe "
-                f"peer-to-peer ({_gbs(pcie_rate)} each way a GPU × {n} = {_gbs(crossing)})"
+                f"peer-to-peer ({_gbs(pcie_rate)} each way a GPU × {n} = {_gbs(crossing)})" + assumed
             )
         else:
             latency = HOST_STAGED_LATENCY_PS

@@ -345,7 +345,7 @@ class ConfigTimeModel:
         `--json` and `kvsim sweep`'s rows carry it beside the unresolved `pcie_p2p`."""
         if self.time_model != "roofline" or getattr(self, "_hand_roofline", None) is not None:
             return "none"
-        from kvsim.model.collectives import collective_link, moe_collectives
+        from kvsim.model.collectives import collective_link, moe_collectives, pcie_p2p_of
         from kvsim.model.gpus import resolve as resolve_gpu
         from kvsim.model.models import resolve as resolve_model
         from kvsim.model.timing import _moe_layer_flags
@@ -363,7 +363,7 @@ class ConfigTimeModel:
             links.append(collective_link(gpu, coll.gather, coll.stride, self.pcie_p2p))
         if not links:
             return "none"
-        p2p = bool(gpu.pcie_p2p) if self.pcie_p2p is None else self.pcie_p2p
+        p2p = pcie_p2p_of(gpu, self.pcie_p2p)  # (a described GPU's unknown P2P: taken as P2P)
         parts = ["peer-link"] if getattr(gpu, "peer_bandwidth", 0.0) else []
         if any(x.pcie for x in links):
             parts.append("pcie-p2p" if p2p else "host-staged")

@@ -60,7 +60,10 @@ class Gpu:
         pcie_p2p: whether two of these GPUs do peer-to-peer over PCIe on a stock driver (False: NVIDIA's
             GeForce cards, `gpu_tables.NO_PCIE_P2P`), what a collective between GPUs without a peer link
             crosses when True; without it NCCL stages the collective through host memory
-            (`kvsim.model.collectives.collective_link`). `SimConfig.pcie_p2p` overrides it for a host.
+            (`kvsim.model.collectives.collective_link`). None: not known (a GPU described without a preset
+            and without `pcie_p2p`, or built here without it), taken as peer-to-peer, as a datacenter card's,
+            the time line saying that this is assumed (`collectives.pcie_p2p_of`). Every preset says True
+            or False. `SimConfig.pcie_p2p` overrides it for a host.
     """
 
     name: str
@@ -77,7 +80,7 @@ class Gpu:
     peer_domain: int = 0
     gpus_per_host: int = 0
     network_bandwidth: float = 0.0
-    pcie_p2p: bool = True
+    pcie_p2p: bool | None = None
 
 
 def _g(
@@ -658,8 +661,9 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
     one direction; unset: the host link), `peer_links` (0: a switch; N: a full mesh of N links sharing
     `peer_link`), `peer_domain` (GPUs the peer link joins), `gpus_per_host` (0: unknown), `network` (the NIC a GPU
     between hosts, one direction: `50GB/s`; unset: `base`'s, else a 400 Gb/s NIC), `arch` (`sm_90`, `gfx942`: the kernels vLLM picks), `pcie_p2p`
-    (a bool: whether two of them do peer-to-peer over PCIe; unset: `base`'s, else true, as a datacenter
-    card's: a GeForce card described without a base says false), `name`. With `base` (a
+    (a bool: whether two of them do peer-to-peer over PCIe; unset: `base`'s, else None, not known, taken
+    as true, as a datacenter card's, and said to be assumed: a GeForce card described without a base says
+    false), `name`. With `base` (a
     preset), the keys given replace its figures; without, `memory`, `bandwidth` and `tflops` are needed
     and `link` defaults to PCIe 4.0's 32 GB/s. The same numbers give the same answers as a preset.
 
@@ -747,8 +751,8 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
     if not isinstance(name, str) or not name.strip():
         raise InvalidArgumentError(f"{where}: name {name!r} must be a non-empty string")
     fields["name"] = name
-    assumed = base is None and spec.get("pcie_p2p") is None  # (the time line says P2P is assumed)
-    fields["source"] = f"described by {where}" + ("; pcie_p2p assumed" if assumed else "")
+    # (`pcie_p2p` unset and no base: None, not known, and the time line says P2P is assumed)
+    fields["source"] = f"described by {where}"
     return Gpu(**fields)
 
 
