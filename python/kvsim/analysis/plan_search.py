@@ -42,7 +42,6 @@ DEFAULT_PRECISION = 0.02
 DEFAULT_MAX_PROBES = 40
 
 STATUSES = ("converged", "probe-limit", "above-cap", "below-floor")
-_BYTE_UNITS = {"TiB": 2**40, "GiB": 2**30, "MiB": 2**20, "KiB": 2**10}  # (`kvsim.model.units.fmt_bytes`'s)
 
 
 @dataclass(frozen=True)
@@ -468,12 +467,12 @@ class PlanResult:
         if self.axis == "rate":
             return f"{x:.{digits}g} req/s"
         if self.axis == "kv_cache_bytes":
-            from kvsim.model.units import fmt_bytes
+            from kvsim.model.units import byte_unit, fmt_bytes
 
             if digits == 4:
                 return fmt_bytes(x)
-            _, unit = fmt_bytes(x).split()  # (the same unit, more decimals; bytes are exact)
-            return f"{x / _BYTE_UNITS[unit]:.{digits - 3}f} {unit}" if unit != "B" else f"{int(x):,} B"
+            shown = byte_unit(x)  # (fmt_bytes' unit, more decimals; bytes are exact)
+            return f"{shown[1]:.{digits - 3}f} {shown[0]}" if shown is not None else f"{int(x):,} B"
         return f"{x:.{digits}g}" if not float(x).is_integer() else f"{int(x):,}"
 
     def _fmt2(self, a: float | None, b: float | None) -> tuple[str, str]:
