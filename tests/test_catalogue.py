@@ -1404,7 +1404,7 @@ def test_quantization_flag_keeps_a_hybrid_presets_layers_fields():
     Qwen3-Next's delta-net fields are among them (the window was lost before, and the rebuild refused)."""
     for name in ("gemma-3-27b", "qwen3-next-80b-a3b"):
         dense = models.get(name)
-        fp8 = dense.with_quantization("fp8")
+        fp8 = models.with_quantization(dense, "fp8")
         assert fp8.num_params == dense.num_params
         assert fp8.weight_bytes < 0.6 * dense.param_bytes
 

@@ -181,7 +181,9 @@ def test_presets_carry_their_published_wrappers():
                     assert published[key].get(k, 3 if k == "num_channels" else None) == v, (name, key, k)
             else:
                 assert published.get(key) == value, (name, key)
-    assert models.get("gemma-3-12b").with_quantization("fp8").towers == models.get("gemma-3-12b").towers
+    assert (
+        models.with_quantization(models.get("gemma-3-12b"), "fp8").towers == models.get("gemma-3-12b").towers
+    )
 
 
 def test_kvsim_run_says_what_it_counts(capsys):
@@ -316,7 +318,7 @@ def test_rotary_caches_read_every_spelling(tmp_path):
         _file(tmp_path, "llama-3-8b", lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": 4.0}))
     )
     assert linear.max_model_len == 4 * 8192
-    assert linear.with_quantization("fp8").max_model_len == 4 * 8192
+    assert models.with_quantization(linear, "fp8").max_model_len == 4 * 8192
     assert linear.rope_cache_bytes == 4 * 8192 * 128 * 2
 
 

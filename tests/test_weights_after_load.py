@@ -4,7 +4,7 @@ Each figure is computed by hand from the rule and the model's config."""
 
 from __future__ import annotations
 
-from kvsim.model.models import resolve
+from kvsim.model.models import resolve, with_quantization
 from kvsim.model.shard import shard
 from kvsim.model.sizing import size_pool
 
@@ -42,7 +42,7 @@ def test_an_unquantized_kv_b_proj_is_not_copied():
     quantizes it, and its 64 heads x (192 + 256) x 512 x 78 layers are copied in bf16."""
     assert resolve("glm-5").mla_absorbed_bytes == 0
     assert resolve("kimi-k3").mla_absorbed_bytes == 0
-    fp8 = resolve("glm-5").with_quantization("fp8")
+    fp8 = with_quantization(resolve("glm-5"), "fp8")
     assert fp8.mla_absorbed_bytes == 64 * (192 + 256) * 512 * 78 * 2 == 2_290_089_984
     assert shard(fp8, None, 8).mla_absorbed_bytes == 286_261_248
 

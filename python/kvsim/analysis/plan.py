@@ -62,6 +62,7 @@ from kvsim.analysis.plan_search import (
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 from kvsim.reference.engine import REJECT_REASONS
+from kvsim.workloads.table import arrival_rate
 
 RATE_RANGE = 2.0**12  # the default cap and floor of a rate search: the start rate x and / this factor
 
@@ -102,7 +103,7 @@ def workload_rate(workload: Any) -> float:
                     "generator's rate from it (drop it from meta to use the arrivals' mean rate)"
                 )
         return float(rate) / float(scale)
-    return (len(arrival) - 1) / span
+    return arrival_rate(len(arrival), span)
 
 
 def at_rate(

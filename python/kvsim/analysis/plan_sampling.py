@@ -11,14 +11,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from kvsim.analysis.plan_slo import SLO
 from kvsim.engine.simulate import SUMMARY_QUANTILES
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
-if TYPE_CHECKING:  # (types only: plan_search imports this module)
-    from kvsim.analysis.plan_search import SLO, PlanResult
+if TYPE_CHECKING:
+    import polars as pl
+
+
+class SearchResult(Protocol):
+    """What the caveats below read of a search's answer (`kvsim.analysis.plan_search.PlanResult`, which
+    calls them): its axis, SLOs and probes, whether its verdicts are clear of their intervals, its
+    decisive probes and how it writes a probe's value."""
+
+    axis: str
+    slos: tuple[SLO, ...]
+    probes: pl.DataFrame
+
+    @property
+    def outside_ci(self) -> bool | None: ...
+
+    def _decisive_rows(self) -> list[dict[str, Any]]: ...
+
+    def _fmt(self, x: float | None, digits: int = 4) -> str: ...
+
+    def _fmt2(self, a: float | None, b: float | None) -> tuple[str, str]: ...
 
 
 def check_judgeable(workload: Any, slos: Sequence[SLO]) -> None:
@@ -173,7 +193,7 @@ def fmt_interval(span: tuple[float | None, float | None] | None, slo: SLO) -> st
     )
 
 
-def bound_vs_ci(result: PlanResult) -> str:
+def bound_vs_ci(result: SearchResult) -> str:
     """The answer's place against its intervals in a word, as `kvsim plan --split`'s table gives it per
     search: `outside` (`PlanResult.outside_ci` True), `INSIDE:tpot_p99@2` (False, naming each SLO on
     which a decisive probe's verdict rests on its sample and, after `@`, at which probes of the search's
@@ -193,7 +213,7 @@ def bound_vs_ci(result: PlanResult) -> str:
     return "INSIDE:" + "+".join(f"{m}@{','.join(at)}" for m, at in unsure.items())
 
 
-def practical_requests(result: PlanResult, row: Mapping[str, Any]) -> int:
+def practical_requests(result: SearchResult, row: Mapping[str, Any]) -> int:
     """The most requests `settling_requests` quotes as a number (`SETTLE_CAP`, and on the rate axis
     no more than the simulated clock holds at the probe's rate): past it the percentile sits too close
     to its bound for any practical sample to settle it."""
@@ -205,7 +225,7 @@ def practical_requests(result: PlanResult, row: Mapping[str, Any]) -> int:
     return cap
 
 
-def settling_requests(result: PlanResult, row: Mapping[str, Any], slo: SLO) -> int | None:
+def settling_requests(result: SearchResult, row: Mapping[str, Any], slo: SLO) -> int | None:
     """About how many requests, as `--requests` gives them, would make `row`'s verdict on `slo` clear: over
     the statistic's sample, a percentile's `quantile_ci.requests_to_settle`, a fraction's
     `moment_ci.wilson_requests` (exact, the score test's closed form), a mean's
@@ -237,12 +257,12 @@ def settling_requests(result: PlanResult, row: Mapping[str, Any], slo: SLO) -> i
     return m
 
 
-def _at(result: PlanResult, x: float) -> str:
+def _at(result: SearchResult, x: float) -> str:
     """A probe's value as the messages name it: `3.4 req/s`, `num_blocks 842`."""
     return result._fmt(x) if result.axis == "rate" else f"{result.axis} {result._fmt(x)}"
 
 
-def told_apart(result: PlanResult) -> tuple[float | None, float | None]:
+def told_apart(result: SearchResult) -> tuple[float | None, float | None]:
     """The nearest probes on either side of the answer whose verdicts are clear of their intervals
     (`outside_ci` True), as (low, high): the high end first, the lowest probe clear on the high side (for a
     rate the lowest failing clearly, for the other axes the lowest passing clearly), then the low end, the
@@ -259,7 +279,7 @@ def told_apart(result: PlanResult) -> tuple[float | None, float | None]:
     return lo, hi
 
 
-def sample_caveat(result: PlanResult) -> str:
+def sample_caveat(result: SearchResult) -> str:
     """Which of the answer's decisive verdicts rest on their sample, an SLO's bound inside the 95 %
     interval of its statistic (a percentile, a goodput fraction or a mean); between which probes the sample tells the answer apart; and about how
     many requests would put the bounds outside the intervals, in a sentence (empty when `outside_ci`

@@ -16,72 +16,17 @@ from typing import Any
 import polars as pl
 
 from kvsim.analysis.plan_sampling import fmt_interval, interval, sample_caveat, unsure_slos
+from kvsim.analysis.plan_slo import METRICS, SLO
 from kvsim.analysis.steady_state import STEADY_SPANS, fmt_need, fmt_spans, steady_requests
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
 # --------------------------------------------------------------------------------------------- SLOs
 
-_STATS = ("p50", "p90", "p99", "mean")
-# SLO name -> (summary key, unit, upper bound?). Latencies are the summary's (kvsim.simulate) seconds.
-METRICS: dict[str, tuple[str, str, bool]] = {
-    **{
-        f"{name}_{stat}": (f"{key}_{stat}", "s", True)
-        for name, key in (
-            ("ttft", "ttft_s"),
-            ("tpot", "tpot_s"),
-            ("e2el", "e2e_s"),
-            ("queueing", "queueing_s"),
-        )
-        for stat in _STATS
-    },
-    "normalized_latency": ("normalized_latency_s_per_token", "s/token", True),
-    "goodput_fraction": ("slo_attainment", "fraction", False),
-}
 DEFAULT_PRECISION = 0.02
 DEFAULT_MAX_PROBES = 40
 
 STATUSES = ("converged", "probe-limit", "above-cap", "below-floor")
-_BYTE_UNITS = {"TiB": 2**40, "GiB": 2**30, "MiB": 2**20, "KiB": 2**10}  # (`kvsim.model.units.fmt_bytes`'s)
-
-
-@dataclass(frozen=True)
-class SLO:
-    """One bound: `metric <= bound` (latencies, in seconds or s/token) or `metric >= bound`
-    (`goodput_fraction`).
-
-    Attributes:
-        metric: a name of `METRICS` (`ttft_p99`).
-        bound: seconds, seconds per token or a fraction in (0, 1].
-    """
-
-    metric: str
-    bound: float
-
-    @property
-    def key(self) -> str:
-        """The summary key the bound reads (`ttft_s_p99`)."""
-        return METRICS[self.metric][0]
-
-    @property
-    def upper(self) -> bool:
-        """Whether the bound is an upper one (a latency) rather than a lower one (a fraction)."""
-        return METRICS[self.metric][2]
-
-    @property
-    def unit(self) -> str:
-        return METRICS[self.metric][1]
-
-    def holds(self, value: float | None) -> bool:
-        """Whether `value` meets the bound (a missing value, e.g. no request finished, does not)."""
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return False
-        return value <= self.bound if self.upper else value >= self.bound
-
-    def label(self) -> str:
-        """`ttft_p99 <= 2 s`, `goodput_fraction >= 0.99`."""
-        unit = "" if self.unit == "fraction" else f" {self.unit}"
-        return f"{self.metric} {'<=' if self.upper else '>='} {self.bound:g}{unit}"
 
 
 def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
@@ -468,12 +413,12 @@ class PlanResult:
         if self.axis == "rate":
             return f"{x:.{digits}g} req/s"
         if self.axis == "kv_cache_bytes":
-            from kvsim.model.units import fmt_bytes
+            from kvsim.model.units import byte_unit, fmt_bytes
 
             if digits == 4:
                 return fmt_bytes(x)
-            _, unit = fmt_bytes(x).split()  # (the same unit, more decimals; bytes are exact)
-            return f"{x / _BYTE_UNITS[unit]:.{digits - 3}f} {unit}" if unit != "B" else f"{int(x):,} B"
+            shown = byte_unit(x)  # (fmt_bytes' unit, more decimals; bytes are exact)
+            return f"{shown[1]:.{digits - 3}f} {shown[0]}" if shown is not None else f"{int(x):,} B"
         return f"{x:.{digits}g}" if not float(x).is_integer() else f"{int(x):,}"
 
     def _fmt2(self, a: float | None, b: float | None) -> tuple[str, str]:

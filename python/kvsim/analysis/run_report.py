@@ -295,7 +295,7 @@ def admissions_never_waited_for_memory(result: Any, workload: Any) -> bool:
 def note_rate(workload: Any, finished: int, observed: float) -> tuple[float, str] | None:
     """The rate `too_short_note` (`kvsim.analysis.steady_state`) quotes, with whose it is: the workload's own where a generator states it
     (`arrival_rate` over any `time_scale`, `kvsim.analysis.plan.workload_rate`), else the finished
-    requests' observed `(n - 1) / span` when at least `MIN_RATE_ARRIVALS` finished; None from fewer (a
+    requests' observed rate (`kvsim.workloads.table.arrival_rate`) when at least `MIN_RATE_ARRIVALS` finished; None from fewer (a
     rate from a few gaps is noise, and the requests it asks for with it absurd)."""
     meta = getattr(workload, "meta", {}) or {}
     if meta.get("arrival_rate") is not None and meta.get("arrivals") in ("poisson", "gamma", "constant"):

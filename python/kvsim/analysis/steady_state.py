@@ -17,6 +17,7 @@ import numpy as np
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
+from kvsim.workloads.table import arrival_rate
 
 
 def queue_growth(result: Any) -> tuple[float, float, float, float] | None:
@@ -43,7 +44,7 @@ def queue_growth(result: Any) -> tuple[float, float, float, float] | None:
     served = float(result.summary.get("throughput_rps") or 0.0)
     if span <= 0 or served <= 0:
         return None
-    offered = (n - 1) / span
+    offered = arrival_rate(n, span)
     wait = (req["first_scheduled"] - req["arrival"]).to_numpy()
     tenth = max(1, n // 10)
     first, last = float(wait[:tenth].mean()), float(wait[-tenth:].mean())
@@ -198,7 +199,19 @@ def too_short(result: Any) -> tuple[float, float, float] | None:
     n, span, e2e = w
     if not short_of_steady(span, e2e):
         return None
-    return span, e2e, (n - 1) / span if span > 0 else math.inf
+    return span, e2e, arrival_rate(n, span)
+
+
+STARTS_EMPTY = (
+    "a run starts empty: until its arrivals have lasted about its requests' longest latencies the engine "
+    "holds fewer of them than the rate keeps in it"
+)
+"""Why a run too short is no steady state, in the words `kvsim run`'s note (`too_short_note`) and
+`kvsim sweep`'s (`sweep_too_short_note`) share; "so" and what was measured light follow."""
+
+NEED_SPANS = f"one needs arrivals over {STEADY_SPANS:g} times the e2e p99"
+"""What a steady state needs, in the words the run's notes (`too_short_note`, `ONE_REQUEST_NOTE`) and
+the sweep's (`sweep_too_short_note`) share; the requests that makes follow."""
 
 
 def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[float, str] | None) -> str:
@@ -228,14 +241,13 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[f
         )
     head = (
         f"not a steady state: the {done} that finished arrived over {span:.3g} s, {fmt_spans(span, e2e)} times "
-        f"their e2e p99 of {e2e:.3g} s, and a run starts empty: until its arrivals have lasted about its "
-        "requests' longest latencies the engine holds fewer of them than the rate keeps in it, so the "
-        "latencies, batch and memory above were measured on a lighter engine than "
+        f"their e2e p99 of {e2e:.3g} s, and {STARTS_EMPTY}, so the latencies, batch and memory above were "
+        "measured on a lighter engine than "
     )
     if rate is None:
         return (
-            f"{head}their rate keeps in a steady state; one needs arrivals over {STEADY_SPANS:g} times the "
-            f"e2e p99, so more requests (--requests); how many cannot be told, for "
+            f"{head}their rate keeps in a steady state; {NEED_SPANS}, so more requests (--requests); how "
+            "many cannot be told, for "
             f"{fmt_count(finished, 'arrival')} give no rate (one needs at least {MIN_RATE_ARRIVALS}; a "
             "generator's arrival_rate states one)"
         )
@@ -243,16 +255,13 @@ def too_short_note(finished: int, span: float, e2e: float, rate: float | tuple[f
     count = fmt_need(steady_requests(e2e, value, finished, span))
     if not count.endswith("usefully runs"):
         count += " (--requests)"
-    return (
-        f"{head}{whose}, {value:.3g} requests/s, keeps in a steady state; one needs arrivals over "
-        f"{STEADY_SPANS:g} times the e2e p99: {count}"
-    )
+    return f"{head}{whose}, {value:.3g} requests/s, keeps in a steady state; {NEED_SPANS}: {count}"
 
 
 ONE_REQUEST_NOTE = (
     "not a steady state: a single request finished, which gives no rate and shares the engine with no other: "
-    "its latencies are an empty engine's, not those of a rate the engine sustains; one needs arrivals over "
-    f"{STEADY_SPANS:g} times the e2e p99, so more requests (--requests; a generator's arrival_rate states a rate)"
+    f"its latencies are an empty engine's, not those of a rate the engine sustains; {NEED_SPANS}, so more "
+    "requests (--requests; a generator's arrival_rate states a rate)"
 )
 """`kvsim run`'s note on a run where one request finished (`warmup` needs 2; until 2026-12-06 such a run,
 the least steady there is, got no note while 2 requests got one)."""
@@ -262,7 +271,8 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
     """`kvsim sweep`'s note, once for the sweep, on its points too short to reach a steady state
     (`short_of_steady` on each row's `arrival_span_s` and `e2e_s_p99`; a point, its parameters whatever the
     seed, is too short when one of its seeds' runs is): names them by `axes`, the columns the
-    sweep's table tells its points apart by (`kvsim.cli.point_axes`; default: the parameters that vary; the
+    sweep's table tells its points apart by (`kvsim.analysis.sweep_stats.point_axes`; default: its rule without
+    a grid, the parameters that vary; the
     first `shown`, then how many more), with how long their arrivals lasted against their e2e p99, why that is
     no steady state, and the most requests one of them needs (the rows' `steady_requests`, kvsim run's
     count, `kvsim.analysis.sweep.steady_columns`; past `plan_sampling.SETTLE_CAP` given as more than that;
@@ -276,7 +286,7 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
     import polars as pl
 
     from kvsim.analysis.plan_sampling import SETTLE_CAP
-    from kvsim.analysis.sweep_stats import parameter_columns
+    from kvsim.analysis.sweep_stats import parameter_columns, point_axes
 
     if not isinstance(frame, pl.DataFrame):
         raise InvalidArgumentError(f"frame {type(frame).__name__} must be a sweep's polars DataFrame")
@@ -298,7 +308,7 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
     if not short:
         return None
     params = parameter_columns(frame)  # (a point: its parameters, whatever the seed)
-    axes = [c for c in params if frame[c].n_unique() > 1] if axes is None else list(axes)
+    axes = point_axes(frame) if axes is None else list(axes)
     points: dict[Any, dict[str, Any]] = {}
     for r in short:  # (per point, its seed whose arrivals lasted the fewest e2e p99s)
         key = tuple(r[c] for c in params)
@@ -337,18 +347,18 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
     return (
         f"not a steady state at {len(points):,} of the sweep's {fmt_count(total, 'point')}: "
         f"{'; '.join(labels[:shown])}{more}: {'its' if one else 'their'} finished requests arrived over "
-        f"less than {STEADY_SPANS:g} times their e2e p99{seeds}, kvsim run's rule, and a run starts empty: "
-        "until its arrivals have lasted about its requests' longest latencies the engine holds fewer of "
-        f"them than the rate keeps in it, so {whose} latencies, batch "
-        f"and memory were measured on a lighter engine than {'its' if one else 'their'} rate keeps in a "
-        f"steady state; one needs arrivals over {STEADY_SPANS:g} times the e2e p99{count}"
+        f"less than {STEADY_SPANS:g} times their e2e p99{seeds}, kvsim run's rule, and {STARTS_EMPTY}, so "
+        f"{whose} latencies, batch and memory were measured on a lighter engine than "
+        f"{'its' if one else 'their'} rate keeps in a steady state; {NEED_SPANS}{count}"
     )
 
 
 __all__ = [
     "COUNT_CEILING",
     "MIN_RATE_ARRIVALS",
+    "NEED_SPANS",
     "ONE_REQUEST_NOTE",
+    "STARTS_EMPTY",
     "STEADY_SPANS",
     "fmt_need",
     "fmt_spans",

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import time
 import tomllib
@@ -69,20 +68,11 @@ from kvsim.workloads.registry import (
     unknown_name,
     workload_label,
 )
+from kvsim.workloads.table import arrival_rate
 
 # The claims suite's base: the paper's setup (PagedAttention §6.1), OPT-13B on one A100-40GB with 12 GiB of
 # KV cache. A sweep's own base starts from KNOBS' defaults (kvsim.model.config), as SimConfig and `kvsim run` do.
 DEFAULT_BASE: dict[str, Any] = dict(PAPER_SETUP)
-META_COLUMNS = (
-    "point_id",
-    "workload",
-    "seed",
-    "requests",
-    "backend",
-    "wall_s",
-    "workload_s",
-    "kvsim_version",
-)
 
 # One line per SimConfig field: the help of `kvsim run --<field>` and of `--grid` (from kvsim.model.config.KNOBS).
 FIELD_HELP: dict[str, str] = {name: knob.help for name, knob in KNOBS.items() if name != "extra"}
@@ -298,7 +288,7 @@ def steady_columns(result: Any, workload: Any) -> dict[str, Any]:
         one = int(result.summary.get("completed") or 0) == 1
         return {"arrival_span_s": 0.0 if one else None, "steady_requests": None}
     finished, span, e2e = w
-    rate = note_rate(workload, finished, (finished - 1) / span if span > 0 else math.inf)
+    rate = note_rate(workload, finished, arrival_rate(finished, span))
     need = None if rate is None or span <= 0 else steady_requests(e2e, rate[0], finished, span)
     return {"arrival_span_s": span, "steady_requests": need}
 

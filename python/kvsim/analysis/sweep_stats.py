@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import polars as pl
 
@@ -73,6 +73,25 @@ def parameter_columns(frame: pl.DataFrame) -> list[str]:
         or c.startswith(WORKLOAD_PREFIX)
         or c in ("workload", "requests", "backend", SLO_COLUMN)
     ]
+
+
+DERIVED_AXES = ("num_blocks", "cpu_blocks")
+"""Configuration columns a sweep derives (the pool's blocks from its memory): `point_axes` names them
+beside the grid's when they differ between points."""
+
+
+def point_axes(frame: pl.DataFrame, grid: Iterable[str] | None = None) -> list[str]:
+    """The columns that tell a sweep's points apart as its table and its notes name them (`kvsim sweep`'s
+    table, `kvsim.analysis.steady_state.sweep_too_short_note`): the `grid`'s names and, if several
+    workloads (or no grid name is a column), the workload, then the derived axes that vary. Without a
+    `grid` (a frame read back with no sweep file): the parameter columns that vary."""
+    if grid is None:
+        return [c for c in parameter_columns(frame) if frame[c].n_unique() > 1]
+    axes = [c for c in grid if c in frame.columns]
+    if frame["workload"].n_unique() > 1 or not axes:
+        axes = ["workload", *axes]
+    axes += [c for c in DERIVED_AXES if c in frame.columns and c not in axes and frame[c].n_unique() > 1]
+    return axes
 
 
 def metric_columns(frame: pl.DataFrame) -> list[str]:
@@ -143,5 +162,6 @@ __all__ = [
     "is_share",
     "metric_columns",
     "parameter_columns",
+    "point_axes",
     "t_quantile_975",
 ]

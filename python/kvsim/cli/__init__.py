@@ -30,7 +30,7 @@ from kvsim.analysis.sweep import (
     parse_grid_args,
     run_sweep,
 )
-from kvsim.analysis.sweep_stats import aggregate, is_share
+from kvsim.analysis.sweep_stats import aggregate, is_share, point_axes
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
 from kvsim.cli.flags import METRICS_POINTER, FlagError, Parser, _add_workload_flags, _Formatter, _run_parser
@@ -96,9 +96,6 @@ AXIS_METRICS: dict[str, tuple[str, ...]] = {
         ("prefix_hit_rate", "load_imbalance"),
     ),
 }
-# Configuration columns a sweep derives (the pool's blocks from its memory): shown beside the axes when
-# they differ between points.
-DERIVED_AXES = ("num_blocks", "cpu_blocks")
 
 
 # After the metrics the axes move: the throughput and the tail latency (what any knob is for).
@@ -508,16 +505,6 @@ def ci_legend(table: Any) -> list[str]:
     return lines
 
 
-def point_axes(frame: Any, spec: SweepSpec) -> list[str]:
-    """The columns that tell a sweep's points apart as its table and notes name them: the grid's names
-    and, if several (or no grid), the workload, and the derived axes that vary."""
-    axes = [c for c in spec.grid if c in frame.columns]
-    if frame["workload"].n_unique() > 1 or not axes:
-        axes = ["workload", *axes]
-    axes += [c for c in DERIVED_AXES if c in frame.columns and c not in axes and frame[c].n_unique() > 1]
-    return axes
-
-
 def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
     """The rows aggregated across seeds, in grid order, with the parameters that vary as the axes (the
     grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show`; where the
@@ -530,7 +517,7 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
 
     differs = len(multi_gpu_transports(frame)) > 1
     agg = aggregate(frame, metrics=show, by=[*parameter_columns(frame), TRANSPORT] if differs else None)
-    axes = point_axes(agg, spec) + ([TRANSPORT] if differs else [])
+    axes = point_axes(agg, spec.grid) + ([TRANSPORT] if differs else [])
     cols = [pl.col(c) for c in axes] + [pl.col("n_seeds")]
     for m in show:
         mean = pl.col(f"{m}_mean").round_sig_figs(4)
@@ -637,7 +624,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if outcome.frame.height:
         from kvsim.analysis.steady_state import sweep_too_short_note
 
-        short = sweep_too_short_note(outcome.frame, point_axes(outcome.frame, spec))
+        short = sweep_too_short_note(outcome.frame, point_axes(outcome.frame, spec.grid))
         if short is not None:  # (kvsim run's steady-state rule, once for the sweep)
             print(f"note: {short}")
         staged = transport_note(outcome.frame)

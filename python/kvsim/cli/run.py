@@ -458,7 +458,7 @@ def encoder_notes(config: Any) -> list[str]:
     multimodal checkpoint's towers (counted in the weights memory, or not and why: then vLLM's KV memory
     is smaller than shown), routed experts vLLM pads under tensor parallelism, and rotary caches large
     enough to notice (DESIGN.md §Defaults and sizing)."""
-    from kvsim.model.models import resolve
+    from kvsim.model.models import resolve, with_quantization
     from kvsim.model.shard import loaded_expert_padding, padded_expert_width
     from kvsim.model.units import fmt_bytes
 
@@ -485,7 +485,7 @@ def encoder_notes(config: Any) -> list[str]:
     padded = padded_expert_width(model, tp, dp, expert_parallel=ep)
     if padded:
         # (in the experts' format as loaded: fp8 under --quantization fp8, as the weights above)
-        extra, _ = loaded_expert_padding(model.with_quantization(config.quantization), tp, ep, dp)
+        extra, _ = loaded_expert_padding(with_quantization(model, config.quantization), tp, ep, dp)
         at = f"tensor_parallel_size {tp}" + (f", data_parallel_size {dp}" if dp > 1 else "")
         n = f"{tp}" if dp == 1 else f"({tp} x {dp})"
         notes.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.lab.query import lab_model
+from kvsim.lab.lab_models import lab_model
 from kvsim.lab.state import Track
 from kvsim.model import models
 from kvsim.model.config import SimConfig

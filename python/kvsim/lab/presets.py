@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.lab.lab_models import lab_model
 from kvsim.model.config import SimConfig
 from kvsim.workloads import Workload, load_mooncake, synthetic, traces_dir
 from kvsim.workloads.specs import client_max_tokens
@@ -383,8 +384,6 @@ def state_layers() -> Preset:
         ([(505, 300)], 340),
     ]
     w = _table(rows, [0.0, 0.02, 0.05, 0.08, 0.12, 0.15], STATE_MAX_TOKENS)
-    from kvsim.lab.query import lab_model
-
     cfg = SimConfig(
         model=lab_model("qwen3-next-80b-a3b"),
         num_blocks=24,
@@ -428,8 +427,6 @@ def state_layers_caching() -> Preset:
         ([(600, 1200), (605, 420)], 140),
     ]
     w = _table(rows, [0.0, 0.5, 0.55, 0.6, 0.65], STATE_MAX_TOKENS)
-    from kvsim.lab.query import lab_model
-
     cfg = SimConfig(
         model=lab_model("qwen3-next-80b-a3b"), num_blocks=36, block_size=16, gdn_prefill_backend="triton"
     )
@@ -480,8 +477,6 @@ def state_layers_tier() -> Preset:
     ]
     arrival = [0.0, 0.02, 0.03, 0.04, 0.05, 0.09]
     w = _table(rows, arrival, STATE_MAX_TOKENS)
-    from kvsim.lab.query import lab_model
-
     cfg = SimConfig(
         model=lab_model("qwen3-next-80b-a3b"),
         num_blocks=STATE_TIER_BLOCKS,

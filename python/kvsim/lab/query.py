@@ -12,6 +12,7 @@ from typing import Any
 
 import kvsim.lab.presets as _presets
 from kvsim.errors import InvalidArgumentError
+from kvsim.lab.lab_models import EXTRA_MODELS, lab_model
 from kvsim.model import models
 from kvsim.model.config import (
     CONTIGUOUS_POLICIES,
@@ -65,9 +66,6 @@ REQUIRES: dict[str, dict[str, dict[str, list[Any]]]] = {
     "sampling": {"fork-cow": {"policy": ["vllm"]}},
     "preemption": {"swap": {"policy": ["vllm"]}, "auto": {"policy": ["vllm"]}},
 }
-# Models the page offers beyond kvsim's presets (none now: Qwen3-Next-80B-A3B, which the page offered from
-# the hybrid claim's config fields, is a catalogue preset with its weights counted).
-EXTRA_MODELS: tuple[str, ...] = ()
 
 
 class TooLarge(InvalidArgumentError):
@@ -104,22 +102,6 @@ def _drawable(name: str) -> bool:
     lay = layout(name, 16)
     sizes = {g.block_size for g in lay.groups if g.kind != "mamba"}
     return len(sizes) <= 1 and lay.bytes_per_block % max(sizes, default=16) == 0
-
-
-def lab_model(model: Any) -> models.Model:
-    """A model the lab runs: a `Model`, a preset's name, or one of `EXTRA_MODELS`."""
-    if isinstance(model, models.Model):
-        return model
-    return _named_model(model)
-
-
-@functools.cache
-def _named_model(name: str) -> models.Model:
-    if name in EXTRA_MODELS:
-        from kvsim.analysis.claims_hybrid import model as claim_model
-
-        return claim_model(name)  # type: ignore[no-any-return]
-    return models.get(name)
 
 
 def layout(model: Any, block_size: int) -> KVLayout:

@@ -22,47 +22,9 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.dsa import FP8_DS_MLA, dsa_index_bytes, index_key_bytes, mla_entry_bits
+from kvsim.model.dtypes import DTYPE_BITS, HF_DTYPES, dtype_bits
 from kvsim.model.encoders import Tower
 from kvsim.model.layers import FULL, Layer
-
-# Bits per element, so sub-byte formats (int4 weights) stay exact in integer arithmetic.
-DTYPE_BITS: dict[str, int] = {
-    "fp32": 32,
-    "fp16": 16,
-    "bf16": 16,
-    "fp8": 8,
-    "fp8_e4m3": 8,
-    "fp8_e5m2": 8,
-    "int8": 8,
-    "int4": 4,
-    "fp4": 4,
-    # FlashMLA's fp8_ds_mla (sparse MLA, `kvsim.model.dsa.FP8_DS_MLA`): its NoPE values' 8 bits; an entry's
-    # bytes are its own, 656 (`kvsim.model.dsa.mla_entry_bits`)
-    FP8_DS_MLA: 8,
-}
-
-
-def dtype_bits(dtype: str) -> int:
-    """Bits per element of `dtype` (a key of `DTYPE_BITS`).
-
-    Raises:
-        InvalidArgumentError: an unknown dtype, naming the known ones.
-    """
-    try:
-        return DTYPE_BITS[dtype]
-    except KeyError:
-        raise InvalidArgumentError(f"unknown dtype {dtype!r}; known: {sorted(DTYPE_BITS)}") from None
-
-
-_HF_DTYPES = {
-    "float16": "fp16",
-    "half": "fp16",
-    "bfloat16": "bf16",
-    "float32": "fp32",
-    "float": "fp32",
-    "float8_e4m3fn": "fp8_e4m3",
-    "float8_e5m2": "fp8_e5m2",
-}
 
 
 @dataclass(frozen=True)
@@ -107,7 +69,7 @@ class Model:
         quantization: vLLM's quantization method of the weights (`""`: none), with what it quantizes.
         num_experts, experts_per_token, expert_ffn: the routed experts (0 for a dense model).
         config_json: the Hugging Face config fields the model was built from (JSON), so that
-            `with_quantization` can price them again; empty for the 2024 presets.
+            `kvsim.model.models.with_quantization` can price them again; empty for the 2024 presets.
         encoders: the checkpoint's other towers vLLM loads and profiles beside the language model
             (`vision`, `audio`: its config's `vision_config` / `audio_config`).
         towers: those of them kvsim counts (`kvsim.model.encoders.Tower`, in bytes: the parameters
@@ -280,7 +242,7 @@ class Model:
     def with_kv_dtype(self, kv_dtype: str) -> Model:
         """The same model with its KV cache stored as `kv_dtype` (e.g. `"fp8"`; vLLM's and Hugging Face's
         spellings such as `"bfloat16"` are taken too)."""
-        kv_dtype = _HF_DTYPES.get(kv_dtype, kv_dtype)
+        kv_dtype = HF_DTYPES.get(kv_dtype, kv_dtype)
         dtype_bits(kv_dtype)
         if kv_dtype == FP8_DS_MLA and not (self.is_mla and self.is_dsa):
             raise InvalidArgumentError(
@@ -293,39 +255,6 @@ class Model:
         """The same model with its weights stored as `weight_dtype` (e.g. `"int4"`)."""
         dtype_bits(weight_dtype)
         return dataclasses.replace(self, weight_dtype=weight_dtype, weight_bytes=0, quantization="")
-
-    def with_quantization(self, quantization: str | None) -> Model:
-        """The same model loaded with vLLM's `--quantization` (`fp8` quantizes an unquantized model's linear
-        layers at load time; another value must name the checkpoint's own method). None: unchanged.
-
-        Raises:
-            InvalidArgumentError: a value vLLM would refuse for this checkpoint, or a model without its
-                config fields (the 2024 presets: give their config.json).
-        """
-        if quantization is None:
-            return self
-        if not self.config_json:
-            from kvsim.model.models import get, names
-
-            family = self.name.split("-")[0]
-            built = [n for n in names() if n.startswith(family) and get(n).config_json]
-            raise InvalidArgumentError(
-                f"quantization {quantization!r}: model {self.name} is one of the 2024 presets made from parameter "
-                "counts, without the config.json fields vLLM's quantization reads; give its config.json"
-                + (f", or a preset made from one ({', '.join(built)})" if built else "")
-            )
-        from kvsim.model.hf_config import _from_dict  # (its reader builds Models: imported when used)
-
-        # (errors name the model as given, a preset's name rather than its config's address)
-        rebuilt = _from_dict(json.loads(self.config_json), self.name, self.name, self.source, quantization)
-        return dataclasses.replace(
-            rebuilt,
-            layers=self.layers,
-            encoders=self.encoders,
-            towers=self.towers,
-            uncounted=self.uncounted,
-            rope_cache_bytes=self.rope_cache_bytes,
-        )
 
 
 __all__ = ["DTYPE_BITS", "Model", "dtype_bits"]

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.knobs import KNOBS, default
-
-if TYPE_CHECKING:
-    from kvsim.model.config import SimConfig
 
 # Fields a config derives when they are left unset: `replace` derives them again rather than keeping the
 # values derived for the old configuration.
@@ -122,7 +119,7 @@ class ConfigDict:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SimConfig:
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
         """The configuration `to_dict()` or `describe()` wrote (or any mapping of fields): the fields its
         `derived` list names are left unset, so they are derived again and stay derived (a `replace` with
         another model takes that model's context and pool), and those its `given` mapping names take the
@@ -165,8 +162,8 @@ class ConfigDict:
             name: (fields[name], _read_derived(name, fields.pop(name))) for name in derived if name in fields
         }
         fields.update(given)
-        build: Any = cls  # (SimConfig: this is one of its base classes)
-        config: SimConfig = build(**fields)
+        build: Any = cls  # (SimConfig: this is one of its base classes, never built alone)
+        config: Self = build(**fields)
         for name, (value, read) in shown.items():
             actual = getattr(config, name)
             if read != default(name) and read != actual:

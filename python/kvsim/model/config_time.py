@@ -206,9 +206,9 @@ class ConfigTimeModel:
 
     def _served_model(self) -> Any:
         """The model as vLLM loads it (`quantization` applied)."""
-        from kvsim.model.models import resolve
+        from kvsim.model.models import resolve, with_quantization
 
-        return resolve(self.model).with_quantization(self.quantization)
+        return with_quantization(resolve(self.model), self.quantization)
 
     def ticks_why(self) -> tuple[str, str]:
         """Why a run's steps are ticks and how to price them on a GPU: (no GPU named / no model named / ticks

@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.architecture import _HF_DTYPES, Model, dtype_bits
+from kvsim.model.architecture import Model
+from kvsim.model.dtypes import HF_DTYPES, dtype_bits
 from kvsim.model.encoders import Tower
 from kvsim.model.hf_layers import layers_from_hf_config
 from kvsim.model.nemotron_nas import MODEL_TYPE as NAS_TYPE
 from kvsim.model.nemotron_nas import first_kv_heads, nas_blocks
 
 if TYPE_CHECKING:
-    from kvsim.model.params import Breakdown
+    from kvsim.model.breakdown import Breakdown
     from kvsim.model.quant_format import Quantization
 
 # The most decoder layers a config may state (the largest served models have a few hundred).
@@ -579,11 +580,11 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         raw_dtype = cfg.get("dtype")
     if raw_dtype is None:
         raw_dtype = "bfloat16"
-    if not isinstance(raw_dtype, str) or raw_dtype not in _HF_DTYPES:
+    if not isinstance(raw_dtype, str) or raw_dtype not in HF_DTYPES:
         raise InvalidArgumentError(
-            f"model {str(path)!r}: torch_dtype {raw_dtype!r} is not one of {sorted(_HF_DTYPES)}"
+            f"model {str(path)!r}: torch_dtype {raw_dtype!r} is not one of {sorted(HF_DTYPES)}"
         )
-    dtype = _HF_DTYPES[raw_dtype]
+    dtype = HF_DTYPES[raw_dtype]
     if dtype == "fp32":
         # vLLM 0.33.0 serves a float32 checkpoint in the platform's first supported dtype with `--dtype
         # auto` (`vllm/config/model.py` `_resolve_auto_dtype`, "Downcast for float32 models"): bfloat16 on

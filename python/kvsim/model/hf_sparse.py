@@ -12,7 +12,7 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.dsa import minimax_m3_sparse, whole_at_least
-from kvsim.model.layers import DSV4_RATIOS, FULL, MAX_WINDOW, Layer
+from kvsim.model.layer_types import DSV4_RATIOS, FULL, MAX_WINDOW, Layer
 from kvsim.model.mamba_dims import STATE_DIM_MAX
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.dsa import dsa_index_bytes
-from kvsim.model.layers import (
+from kvsim.model.layer_types import (
     DSV4_ALIGNMENT,
     DSV4_BLOCK,
     DSV4_ENTRY_BYTES,

@@ -24,12 +24,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvsim.model import quant
+from kvsim.model.breakdown import kv_share
 from kvsim.model.models import Model
-from kvsim.model.params import kv_share
 from kvsim.model.weights import model_breakdown
 
 if TYPE_CHECKING:
-    from kvsim.model.params import Matrix
+    from kvsim.model.breakdown import Matrix
 
 # (machete_utils.py: `query_machete_supported_group_sizes` for fp16 / bf16 activations; -1 per channel)
 MACHETE_GROUPS = (-1, 64, 128)

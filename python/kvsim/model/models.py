@@ -11,11 +11,13 @@ re-exported here, their documented path.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.architecture import DTYPE_BITS, Model, dtype_bits
 from kvsim.model.hf_config import (
+    _from_dict,
     _is_hub_id,
     cached_config,
     from_hf_config,
@@ -289,6 +291,37 @@ def resolve(model: Model | str) -> Model:
     )
 
 
+def with_quantization(model: Model, quantization: str | None) -> Model:
+    """`model` loaded with vLLM's `--quantization` (`fp8` quantizes an unquantized model's linear layers
+    at load time; another value must name the checkpoint's own method), rebuilt from its config fields
+    by the reader (`kvsim.model.hf_config`). None: unchanged.
+
+    Raises:
+        InvalidArgumentError: a value vLLM would refuse for this checkpoint, or a model without its
+            config fields (the 2024 presets: give their config.json; the presets made from one named).
+    """
+    if quantization is None:
+        return model
+    if not model.config_json:
+        family = model.name.split("-")[0]
+        built = [n for n in names() if n.startswith(family) and get(n).config_json]
+        raise InvalidArgumentError(
+            f"quantization {quantization!r}: model {model.name} is one of the 2024 presets made from parameter "
+            "counts, without the config.json fields vLLM's quantization reads; give its config.json"
+            + (f", or a preset made from one ({', '.join(built)})" if built else "")
+        )
+    # (errors name the model as given, a preset's name rather than its config's address)
+    rebuilt = _from_dict(json.loads(model.config_json), model.name, model.name, model.source, quantization)
+    return dataclasses.replace(
+        rebuilt,
+        layers=model.layers,
+        encoders=model.encoders,
+        towers=model.towers,
+        uncounted=model.uncounted,
+        rope_cache_bytes=model.rope_cache_bytes,
+    )
+
+
 def _add_catalogue() -> None:
     """The 2025-2026 presets (`kvsim.model.catalogue`), built from their config fields."""
     from kvsim.model.catalogue import presets
@@ -309,4 +342,5 @@ __all__ = [
     "hf_cache_dir",
     "names",
     "resolve",
+    "with_quantization",
 ]

@@ -15,7 +15,7 @@ from kvsim.model.param_names import gate_up, qkv
 from kvsim.model.params_kimi import KDA_IN_PROJ, KDA_IN_PROJ_PARTS
 
 if TYPE_CHECKING:
-    from kvsim.model.params import Breakdown
+    from kvsim.model.breakdown import Breakdown
 
 
 def kimi_delta_attention(

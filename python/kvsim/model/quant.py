@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.params import GROUPS, Breakdown
+from kvsim.model.breakdown import GROUPS, Breakdown
 from kvsim.model.quant_format import (
     LINEAR_GROUPS,
     NONE,

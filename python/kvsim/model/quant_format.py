@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.params import GROUPS, Breakdown, Matrix
+from kvsim.model.breakdown import GROUPS, Breakdown, Matrix
 
 # The groups each method quantizes (others stay in the checkpoint's dtype).
 LINEAR_GROUPS = ("attn", "mlp", "experts", "shared_experts")

@@ -36,7 +36,7 @@ from kvsim.model import dsa
 from kvsim.model.collectives import sequence_parallel_replicated
 from kvsim.model.gpus import Gpu, datacenter_blackwell, is_rocm, sm_capability
 from kvsim.model.gpus import resolve as get_gpu
-from kvsim.model.knobs import KNOBS
+from kvsim.model.knobs import KNOBS, MAX_BLOCKS
 from kvsim.model.layers import KVLayout, kv_layout
 from kvsim.model.linear_time import (
     CALIBRATION_DIR,
@@ -50,7 +50,7 @@ from kvsim.model.linear_time import (
 )
 from kvsim.model.machete import machete_zero_bytes
 from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
-from kvsim.model.models import Model, model_label
+from kvsim.model.models import Model, model_label, with_quantization
 from kvsim.model.models import resolve as resolve_model
 from kvsim.model.mxfp4_padding import mxfp4_padding_bytes, mxfp4_triton_layout_bytes
 from kvsim.model.quant import min_capability
@@ -91,7 +91,7 @@ def expert_parallel_weight_bytes(
     lie whole on `tp · dp` GPUs, the rest is split by `tp` as without it, but for what the sequence-parallel
     MoE (tp > 1, dp > 1) holds whole on every GPU, as vLLM's CUDA files build it: shared experts, some dense
     MLPs (`kvsim.model.shard.shard`, which computes every GPU's share)."""
-    m = resolve_model(model).with_quantization(quantization)
+    m = with_quantization(resolve_model(model), quantization)
     return shard(
         m, None, tensor_parallel_size, data_parallel_size=data_parallel_size, expert_parallel=True
     ).param_bytes
@@ -342,7 +342,7 @@ def size_pool(
             numbers), too little memory for a block, or more blocks than a pool can hold (blamed on the
             knob that gave them).
     """
-    base = resolve_model(model).with_quantization(quantization) if model is not None else None
+    base = with_quantization(resolve_model(model), quantization) if model is not None else None
     if base is not None and base.is_dsa:
         # Sparse attention's own rules, as SimConfig's (`kvsim.model.dsa.resolve`)
         arch = (get_gpu(gpu) if isinstance(gpu, str) else gpu).arch if gpu is not None else None
@@ -472,8 +472,6 @@ def size_pool(
         # (vLLM's num_gpu_blocks_override, counted by `null_block`'s rule as a sized pool is: vLLM v1's N
         # blocks hold its null block, v0's N were all usable)
         blocks = pool_num_blocks(num_blocks, null_block)
-        from kvsim.model.config import MAX_BLOCKS
-
         if blocks > MAX_BLOCKS:
             raise InvalidArgumentError(
                 f"num_blocks {num_blocks} with pool_null_block {null_block!r} gives {blocks} blocks (kvsim's null "
@@ -583,10 +581,6 @@ def _blocks(kv: int, m: Model, layout: KVLayout, knob: str, null_block: str = "w
     """The pool's `num_blocks` for `kv` bytes: `floor(kv / block bytes)`, the null block among them
     (`null_block` "within": vLLM v1's `get_num_blocks`, whose `BlockPool` takes block 0 out of them), or
     that many usable blocks and the null block added ("extra": vLLM v0's count, which had no null block)."""
-    from kvsim.model.config import (
-        MAX_BLOCKS,  # the pool's limit has one home (config imports this module lazily)
-    )
-
     block_size = layout.block_size
     block_bytes = layout.bytes_per_block
     usable = usable_blocks(kv, block_bytes, null_block)

@@ -110,23 +110,36 @@ def _number(name: str, value: Any) -> Decimal | float | int:
     return value
 
 
+_BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+"""The binary units, largest first: those `fmt_bytes` and `fmt_bytes_exact` pick from and `exact_bytes`
+tries (bytes below the smallest)."""
+
+
+def byte_unit(n: float) -> tuple[str, float] | None:
+    """The largest of `_BINARY` that keeps `n` bytes at least 1, as (unit, `n` in it); None below
+    a KiB: the unit `fmt_bytes` and `fmt_bytes_exact` write `n` in (and `kvsim.plan`'s probes with more
+    decimals)."""
+    for unit, scale in _BINARY:
+        if abs(n) >= scale:
+            return unit, n / scale
+    return None
+
+
 def fmt_bytes(n: float) -> str:
     """`n` bytes in the largest binary unit that keeps it at least 1 (`56.7 GiB`, `512 B`)."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
+    shown = byte_unit(n)
+    return f"{n:.0f} B" if shown is None else f"{shown[1]:.1f} {shown[0]}"
 
 
 def fmt_bytes_exact(n: float) -> str:
     """`n` bytes as `fmt_bytes` picks the unit, to three significant figures where `fmt_bytes`' one decimal
     would round them off (`1.25 MiB`, `576 KiB`, `2.25 MiB`): a block's size, which the pool's blocks
     multiply (13,033 gemma-3-27b blocks "of 1.2 MiB" did not make the 15.9 GiB beside them)."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            x = n / scale
-            return f"{x:.3g} {unit}" if abs(x) < 1000 else f"{x:.0f} {unit}"
-    return f"{n:.0f} B"
+    shown = byte_unit(n)
+    if shown is None:
+        return f"{n:.0f} B"
+    unit, x = shown
+    return f"{x:.3g} {unit}" if abs(x) < 1000 else f"{x:.0f} {unit}"
 
 
 def fmt_count(n: int, noun: str, plural: str | None = None) -> str:
@@ -159,7 +172,6 @@ def exact_bytes(n: int) -> str:
     return min(forms, key=len) if forms else f"{n} B"
 
 
-_BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 _DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
 
 
@@ -175,6 +187,7 @@ def exact_duration_ps(ps: int) -> str:
 __all__ = [
     "SIZE_UNITS",
     "TIME_UNITS",
+    "byte_unit",
     "exact_bytes",
     "exact_duration_ps",
     "fmt_bytes",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kvsim.model.models import Model
 
 if TYPE_CHECKING:
-    from kvsim.model.params import Breakdown
+    from kvsim.model.breakdown import Breakdown
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def split_kv(groups: Iterable[WeightGroup], tp: int) -> tuple[int, int, int, int
     fewer KV heads than `tp`: `kvsim.model.params.kv_share`): their bytes and parameters on the whole model,
     then one GPU's, 1 / kv_heads of each layer's rather than 1 / tp (rounded up). The one place the sizing
     (`kvsim.model.shard.shard`) and the roofline (`dense_mem`, `dense_flop_tok`) read the rule from."""
-    from kvsim.model.params import kv_share
+    from kvsim.model.breakdown import kv_share
 
     total_bytes = total_params = gpu_bytes = gpu_params = 0
     for g in groups:
@@ -75,13 +75,13 @@ def checked_pick(cfg: Mapping[str, Any]) -> Any:
 def model_breakdown(model: Model) -> tuple[Breakdown, str]:
     """`model`'s weight matrices (`kvsim.model.params.param_breakdown` of its kept config fields) and the
     checkpoint's dtype."""
-    from kvsim.model.architecture import _HF_DTYPES
+    from kvsim.model.dtypes import HF_DTYPES
     from kvsim.model.params import param_breakdown
 
     cfg: Mapping[str, Any]
     if model.config_json:
         cfg = model.config_fields  # (parsed once per config text, read-only)
-        dtype = _HF_DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or "float16"), "fp16")
+        dtype = HF_DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or "float16"), "fp16")
     else:  # the 2024 presets: a Llama-like (OPT: two-matrix MLP, tied embeddings) layout from their fields
         opt = model.name.startswith("opt")
         cfg = {"model_type": "opt" if opt else "llama", "tie_word_embeddings": opt}

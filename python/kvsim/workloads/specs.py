@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.workloads.table import arrival_rate
 
 TRACE_PARAMS = ("start", "stop", "time_scale", "request_rate")
 TRACE_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
@@ -223,7 +224,7 @@ def apply_trace_params(workload: Any, params: Mapping[str, Any], label: str) -> 
             raise InvalidArgumentError(
                 f"workload {label!r}: request_rate needs arrivals spread over time (all arrive at once)"
             )
-        factor = (len(arrival) - 1) / span / float(params["request_rate"])
+        factor = arrival_rate(len(arrival), span) / float(params["request_rate"])
     if factor is not None and factor != 1.0:
         cols = {k: np.array(v) for k, v in workload.columns().items()}
         first = cols["arrival"][0] if len(cols["arrival"]) else 0.0

@@ -63,6 +63,17 @@ _FORMAT_VERSION = 1
 _OUTPUT_BIT = np.uint64(OUTPUT_BIT)
 
 
+def arrival_rate(n: int, span: float) -> float:
+    """The mean rate of `n` arrivals over `span` seconds, the last minus the first: `(n - 1) / span`
+    requests per second (n arrivals make n - 1 gaps). A span of 0, every request arriving at once, is a
+    batch with no rate: inf; fewer than 2 arrivals have no span to measure: nan. The one home of this rule
+    (`Workload.stats`, `kvsim.analysis.plan.workload_rate`, the steady-state notes of `kvsim run` and
+    `kvsim sweep`, a workload spec's `request_rate`)."""
+    if n < 2:
+        return math.nan
+    return math.inf if span == 0 else (n - 1) / span
+
+
 def _column(name: str, values: Any) -> np.ndarray:
     """Converts `values` to a fresh 1-D contiguous array of the column's dtype, rejecting lossy casts."""
     dtype = np.dtype(_DTYPES[name])
@@ -593,7 +604,7 @@ class Workload:
             return out
         duration = float(self.arrival[-1] - self.arrival[0])
         out["duration_s"] = duration
-        out["arrival_rate"] = math.nan if n < 2 else (math.inf if duration == 0 else (n - 1) / duration)
+        out["arrival_rate"] = arrival_rate(n, duration)
         for name in ("prompt_len", "output_len"):
             col = getattr(self, name)
             out[f"{name}_mean"] = float(col.mean())

@@ -14,37 +14,18 @@ from __future__ import annotations
 import itertools
 from collections import Counter, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from kvsim.errors import InternalError, InvalidArgumentError
 from kvsim.model.units import fmt_count
 from kvsim.reference.cpu_tier import MISS, PENDING, CpuTier
 from kvsim.reference.engine.admission import NEVER, SKIP
+from kvsim.reference.engine.job import Job
 from kvsim.reference.engine.offload_hybrid import HybridTier
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
 from kvsim.reference.engine.timing import transfer_end
 from kvsim.reference.hashing import iter_block_keys
 from kvsim.reference.kv_groups import Lookup
-
-
-@dataclass(eq=False)
-class Job:
-    """A transfer on the host link: a load (CPU to GPU) or a store (GPU to CPU) of a request's chunks."""
-
-    load: bool
-    seq: Seq
-    keys: list[int]
-    blocks: list[int]  # the GPU blocks it reads (a store) or writes (a load)
-    end: int  # ps: when its last byte has moved
-    avail: int  # the first observation (numbered from 1) that may see it complete
-    remote: bool = False  # a decode replica's transfer from the prefill pool (no tier chunks)
-    # Its blocks' time on the link, its latency aside (a flushing step times it again): each at
-    # `kv_offloading_ps_per_block`, a hybrid model's each at its group's (`Offload.link_ps`).
-    link_ps: int = 0
-    # A hybrid model's store: the blocks of its window groups, watched from its creation (the rest only
-    # once its request finished).
-    fenced: list[int] = field(default_factory=list)
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from kvsim.errors import InternalError
 from kvsim.reference.cpu_tier import MISS, PENDING
+from kvsim.reference.engine.job import Job
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
 from kvsim.reference.hashing import iter_block_keys
@@ -30,8 +31,6 @@ from kvsim.reference.kv_groups import NULL, Lookup
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-    from kvsim.reference.engine.offload import Job
 
 # A chunk's key: its last block's content key with the low byte its group's index (vLLM's `OffloadKey`,
 # the block hash then the group index: one content's keys order as their groups).
