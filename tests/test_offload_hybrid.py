@@ -9,6 +9,7 @@ name."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import hypothesis.strategies as st
 import numpy as np
@@ -99,15 +100,19 @@ def tiered_hybrid_configs(draw, padded: bool = False) -> kvsim.SimConfig:
     )
 
 
-def deadlocks_alike(w: Workload, cfg: kvsim.SimConfig) -> bool:
+STOPS = re.compile("the run (dead|live)locks at")
+
+
+def stops_alike(w: Workload, cfg: kvsim.SimConfig) -> bool:
     """Whether the run deadlocks as vLLM would (loads admitted together leave too few blocks for their
-    prompts' last tokens: `test_a_run_that_deadlocks_as_vllm_would_says_so`); if so, both engines say so
-    alike, by the same message."""
+    prompts' last tokens: `test_a_run_that_deadlocks_as_vllm_would_says_so`) or livelocks as it would
+    (requests preempting one another forever: `test_a_run_that_livelocks_as_vllm_would_says_so`); if so,
+    both engines say so alike, by the same message."""
     message = None
     try:
         kvsim.simulate(w, cfg, backend="reference")
     except InvalidArgumentError as e:
-        if "the run deadlocks at" not in str(e):
+        if not STOPS.match(str(e)):
             raise
         message = str(e)
     if message is None:
@@ -120,7 +125,7 @@ def deadlocks_alike(w: Workload, cfg: kvsim.SimConfig) -> bool:
 
 @given(workloads(), tiered_hybrid_configs(), st.sampled_from([0, 1, 3]))
 def test_rust_engine_equals_reference_with_a_hybrid_models_cpu_tier(w, cfg, every):
-    if deadlocks_alike(w, cfg):
+    if stops_alike(w, cfg):
         return
     res = assert_same(w, cfg, every)
     s = res.summary
@@ -139,7 +144,7 @@ def test_rust_engine_equals_reference_with_padded_groups_on_the_link(w, cfg, eve
     bytes moved alike."""
     layout = cfg.pool.layout
     assert any(len(g.layer_ids) < g.num_layers for g in layout.groups)
-    if deadlocks_alike(w, cfg):
+    if stops_alike(w, cfg):
         return
     res = assert_same(w, cfg, every)
     s = res.summary
@@ -428,12 +433,103 @@ def test_a_fleet_of_hybrid_replicas_with_cpu_tiers_agrees(w, cfg, replicas, rout
     """(The Rust fleet's replicas took the workload's deferred keys, which a hybrid pool never uses: a
     request skipped the tier's lookup and its first offer indexed an empty vector.)"""
     extra = {"router_weights": {"prefix": 0.0}} if router == "weighted" else {}
-    runs = [
-        kvsim.simulate_cluster(w, cfg, replicas=replicas, router=router, backend=b, **extra)
-        for b in ("rust", "reference")
-    ]
+    runs, stops = [], []
+    for b in ("rust", "reference"):
+        try:
+            runs.append(kvsim.simulate_cluster(w, cfg, replicas=replicas, router=router, backend=b, **extra))
+        except InvalidArgumentError as e:  # a replica that dead- or livelocks as vLLM would: alike
+            stops.append(str(e))
+    if stops:
+        assert all(STOPS.search(m) for m in stops), stops
+        assert len(stops) == 2
+        assert stops[0] == stops[1]
+        return
     assert runs[0].summary == runs[1].summary
     assert runs[0].requests.equals(runs[1].requests, null_equal=True)
+
+
+def _livelock_case() -> tuple[Workload, kvsim.SimConfig]:
+    """Hypothesis's case (shrunk): two samples of one request each compute 80 of their 81 tokens, then
+    need blocks (the 81st's: full attention's, a window's) that the other's load holds; each is preempted,
+    its stored prefix loaded back, and preempted again one block short, forever. Without the tier no load
+    holds blocks and the run ends."""
+    prompts = [[(1, 22), (1003, 15)], [(2, 40), (1004, 12)], [(2, 24), (1016, 57)]]
+    w = Workload(
+        arrival=[0.0, 0.0, 0.0],
+        output_len=[13, 33, 1],
+        max_tokens=[13, 30, 1],
+        num_samples=[1, 3, 1],
+        seg_offsets=list(np.cumsum([0] + [len(p) for p in prompts])),
+        segment_id=np.array([s for p in prompts for s, _ in p], dtype=np.uint64),
+        segment_len=[n for p in prompts for _, n in p],
+    )
+    layers = [
+        Layer("full"),
+        *[Layer("sliding_window", 40)] * 4,
+        Layer("mamba", state=dataclasses.replace(STATE, checkpoint_blocks=1)),
+        Layer("full"),
+    ]
+    cfg = kvsim.SimConfig(
+        model=toy(layers),
+        block_size=2,
+        num_blocks=49,
+        free_order="classic",
+        admission_gate="none",
+        max_num_seqs=4,
+        max_num_batched_tokens=7,
+        chunked_prefill=True,
+        max_model_len=242,
+        time_model="ticks",
+        kv_offloading_chunks=58,
+        kv_offloading_blocks_per_chunk=3,
+        kv_offloading_prompt_only=False,
+        kv_offloading_ps_per_block=10**5,
+        kv_offloading_latency_ps=2 * 10**9,
+    )
+    return w, cfg
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_run_that_livelocks_as_vllm_would_says_so(backend):
+    w, cfg = _livelock_case()
+    with pytest.raises(
+        InvalidArgumentError, match=r"the run livelocks at 136015900000 ps: requests preempt one another"
+    ):
+        kvsim.simulate(w, cfg, backend=backend)
+    # (and a fleet with such a replica, a stream: the same words)
+    with pytest.raises(InvalidArgumentError, match=r"the run livelocks at 136015900000 ps"):
+        kvsim.simulate_cluster(w, cfg, replicas=1, backend=backend)
+    assert kvsim.simulate(w, cfg.replace(kv_offloading_chunks=0), backend=backend).summary[
+        "completed"
+    ] == len(w)
+
+
+def test_a_livelock_the_watch_stops_goes_on_without_a_token(monkeypatch):
+    """What the watch stops is a livelock: silenced, the reference engine goes on preempting for 600 more
+    preemptions without sampling a token or rejecting a request (the notes' epoch never moves), where a
+    run that only looked stuck would end."""
+    from kvsim.reference.engine import livelock
+
+    w, cfg = _livelock_case()
+    epochs: list[tuple[int, int]] = []
+    note = livelock.LivelockWatch.note
+
+    class Enough(Exception):
+        pass
+
+    def silenced(self, epoch, state):
+        if note(self, epoch, state) and not epochs:
+            epochs.append(epoch)  # where the watch stops the run
+        if epochs and len(epochs) < 600:
+            epochs.append(epoch)
+        elif epochs:
+            raise Enough
+        return False
+
+    monkeypatch.setattr(livelock.LivelockWatch, "note", silenced)
+    with pytest.raises(Enough):
+        kvsim.simulate(w, cfg, backend="reference")
+    assert len(set(epochs)) == 1
 
 
 @given(workloads(max_requests=24), tiered_hybrid_configs(), st.integers(1, 31), st.booleans())
@@ -444,9 +540,9 @@ def test_a_streamed_hybrid_run_with_a_tier_equals_the_whole_run(w, cfg, size, in
     from kvsim.engine.streaming import chunks, simulate_stream
 
     quotes = any(int(i) >= int(output_id(0)) for i in w.segment_id)
-    if deadlocks_alike(w, cfg):
+    if stops_alike(w, cfg):
         for backend in ("rust", "reference"):
-            with pytest.raises(InvalidArgumentError, match="the run deadlocks at"):
+            with pytest.raises(InvalidArgumentError, match=STOPS):
                 simulate_stream(chunks(w, size), cfg, backend=backend, rows="memory")
         return
     whole = kvsim.simulate(w, cfg, backend="reference")

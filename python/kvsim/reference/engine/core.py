@@ -103,6 +103,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
             self.space: FirstFit | Buddy = space_cls(config.capacity_tokens)
         self.outstanding = 0  # reserve policy: blocks promised to admitted sequences
         self.num_rejected = 0
+        self.sampled = 0  # tokens the steps sampled (a hybrid pool's livelock watch reads it)
         self.t = 0
         self.waiting: deque[Seq] = deque()
         # Preempted by swapping (a sequence, or a group's running members): their blocks are in the CPU pool.

@@ -20,6 +20,7 @@ from kvsim.model.units import fmt_count
 from kvsim.reference.cpu_tier import MISS, PENDING, CpuTier
 from kvsim.reference.engine.admission import NEVER, SKIP
 from kvsim.reference.engine.job import Job
+from kvsim.reference.engine.livelock import LivelockWatch
 from kvsim.reference.engine.offload_hybrid import HybridTier
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
@@ -73,6 +74,7 @@ class Offload(HybridTier, State):
         self.fences = {}
         self.touched = set()
         self.preempted_now = []
+        self.livelock = LivelockWatch()  # a hybrid pool's (`watch_livelock`)
         self.pd_free = 0  # when a decode replica's inbound link is free again
         self.connector = bool(cfg.kv_offloading_chunks) or self.pd_link is not None
         if cfg.kv_offloading_chunks:
@@ -469,6 +471,7 @@ class Offload(HybridTier, State):
         """A held request's load is observed complete: its blocks take their keys; a load of the whole
         prompt leaves its last token to compute (vLLM's `_update_waiting_for_remote_kv`)."""
         s.loaded = True
+        self.livelock.landings += 1
         if self.hybrid:
             if s.num_computed == s.num_tokens:
                 # A decode replica's transfer of a whole prompt: its blocks keyed, then its last token

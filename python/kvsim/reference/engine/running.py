@@ -171,6 +171,7 @@ class Running(State):
         for s, _ in scheduled:
             if s.num_computed == s.num_tokens:
                 self.note_token(s, step)
+                self.sampled += 1
                 s.generated += 1
                 s.decoding = True
                 if cols["first_token"][s.idx] < 0:

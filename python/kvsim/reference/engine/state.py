@@ -13,6 +13,7 @@ from kvsim.engine.engine_input import EngineInput
 from kvsim.model.config import SimConfig
 from kvsim.reference.contiguous import Buddy, FirstFit
 from kvsim.reference.cpu_tier import CpuTier
+from kvsim.reference.engine.livelock import LivelockWatch
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.kv_cache_manager import KVCacheManager
 from kvsim.reference.kv_groups import HybridKVCacheManager, Lookup
@@ -56,10 +57,12 @@ class State:
     touched: set[int]
     preempted_now: list[Seq]
     held: deque[Seq]
+    livelock: LivelockWatch  # a hybrid pool's livelock watch (`livelock.py`)
     finished_last: list[Seq]
     stalled: bool
     outstanding: int  # reserve policy: blocks promised to admitted sequences
     num_rejected: int
+    sampled: int  # tokens the steps sampled (the livelock watch's epoch)
     c: dict[str, int]  # the counters (`COUNTERS`)
     cols: dict[str, np.ndarray]  # the per-sequence output columns (`COLUMN_FILL`), grown by doubling
     events: list[tuple[int, int, int, int, int, int]] | None

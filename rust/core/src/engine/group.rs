@@ -89,7 +89,7 @@ impl Engine<'_> {
             let (step, batch) = (self.step, self.running.len() as u64);
             let state = self.aggregate_state();
             self.record(d, batch, tokens, state);
-            if let Some(msg) = &self.clock_overflow {
+            if let Some(msg) = &self.step_error {
                 return Err(KvError::InvalidArgument(msg.clone()));
             }
             self.lockstep_finish::<true>(step, false);
@@ -97,7 +97,7 @@ impl Engine<'_> {
         }
         let m = self.memory_state();
         self.record(d, self.scheduled.len() as u64, tokens, m);
-        if let Some(msg) = &self.clock_overflow {
+        if let Some(msg) = &self.step_error {
             return Err(KvError::InvalidArgument(msg.clone()));
         }
         self.finish_step();

@@ -200,7 +200,7 @@ impl Engine<'_> {
     #[inline]
     pub(super) fn record(&mut self, dt: u64, batch: u64, tokens: u64, m: MemoryState) {
         if (self.t as u64).saturating_add(dt) > MAX_TIME_PS {
-            self.overflow(clock_overflow_message(self.step, self.t));
+            self.stop_after_step(clock_overflow_message(self.step, self.t));
             return;
         }
         if self.ts_every > 0 && self.step % self.ts_every == 0 {

@@ -99,15 +99,19 @@ pub struct Engine<'a> {
     /// slot (DESIGN.md §CPU tier, "A Mamba group": `StepKeys::hand_off`, `h_offer_states`).
     step_keys: crate::kv_groups::StepKeys,
     num_rejected: u64,
+    /// Tokens sampled by full steps (`finish_step`; lockstep's are not counted): a hybrid pool's livelock
+    /// watch, which only full steps reach, reads whether any was since its last notes.
+    sampled: u64,
     /// Loads and remote transfers admitted, preemptions and rejections so far (each counted as it
     /// happens): a tier's `progress_marks`.
     progress: u64,
     /// A CPU tier's (or a decode replica's connector's) state every step reads, kept here rather than
     /// behind `tier`'s box (`offload/mod.rs`, `TierHot`).
     tier_hot: offload::TierHot,
-    /// Set (to its error's message) when a step or a transfer on a link would end past `MAX_TIME_PS`
-    /// (the first in the run): `advance` stops with that error after the step.
-    clock_overflow: Option<String>,
+    /// Set (to its error's message) when a step or a transfer on a link would end past `MAX_TIME_PS`,
+    /// or the scheduler livelocks (`offload/livelock.rs`), the first in the run: `advance` stops with
+    /// that error after the step.
+    step_error: Option<String>,
     out: EngineOutput,
     /// Steps run so far (the index of the next step).
     step: u64,
@@ -251,7 +255,8 @@ impl<'a> Engine<'a> {
             num_rejected: 0,
             progress: 0,
             tier_hot: offload::TierHot::default(),
-            clock_overflow: None,
+            step_error: None,
+            sampled: 0,
             step: 0,
             ts_every: 0,
             log: None,
@@ -331,14 +336,14 @@ impl<'a> Engine<'a> {
         Ok(self.out)
     }
 
-    /// Notes a step or a transfer that would end past `MAX_TIME_PS`: the run's first such error is the
-    /// one `advance` stops with after the step (the reference raises it at once; what the step does
-    /// after it is discarded).
+    /// Notes a step or a transfer that would end past `MAX_TIME_PS`, or a livelock: the run's first such
+    /// error is the one `advance` stops with after the step (the reference raises it at once; what the
+    /// step does after it is discarded).
     #[cold]
     #[inline(never)]
-    fn overflow(&mut self, msg: String) {
-        if self.clock_overflow.is_none() {
-            self.clock_overflow = Some(msg);
+    fn stop_after_step(&mut self, msg: String) {
+        if self.step_error.is_none() {
+            self.step_error = Some(msg);
         }
     }
 
@@ -439,7 +444,7 @@ impl<'a> Engine<'a> {
             }
             // Nothing scheduled is fine if a head was rejected or a sequence preempted itself (then no
             // time passes, as in the reference); anything else would repeat forever.
-            if let Some(msg) = &self.clock_overflow {
+            if let Some(msg) = &self.step_error {
                 break Err(KvError::InvalidArgument(msg.clone()));
             }
             if !progressed
@@ -459,7 +464,7 @@ impl<'a> Engine<'a> {
         self.nxt = nxt;
         self.flush_occupancy(); // (a CPU tier's counters complete whenever the run pauses)
         // (A store past the clock planned by an idle step, then the end or the horizon, stops here.)
-        let overflow = self.clock_overflow.clone();
+        let overflow = self.step_error.clone();
         overflow.map_or(result, |msg| Err(KvError::InvalidArgument(msg)))
     }
 

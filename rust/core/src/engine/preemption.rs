@@ -95,6 +95,9 @@ impl Engine<'_> {
                 return;
             }
         }
+        if self.tier.is_some() && self.cfg.groups.is_some() {
+            self.watch_livelock(k);
+        }
         let row = self.slab[k].row;
         self.out.num_preemptions[row - self.out_base] += 1;
         self.out.counters.num_preemptions += 1;

@@ -235,6 +235,7 @@ impl Engine<'_> {
             let k = self.scheduled[i].0;
             if self.slab[k].num_computed == self.slab[k].num_tokens() {
                 self.note_token(k, step);
+                self.sampled += 1;
                 let s = &mut self.slab[k];
                 s.generate_one();
                 if self.out.first_token[s.row - self.out_base] < 0 {

@@ -11,6 +11,7 @@
 //! `observe.rs` the observations, the stall and the quiet, progress and occupancy helpers.
 
 mod hybrid;
+mod livelock;
 mod observe;
 mod stores;
 mod waiting;
@@ -184,6 +185,8 @@ pub(super) struct Tier {
     h_last: Vec<hybrid::HLast>,
     /// Scratch of the step's state hand-offs (`hybrid/`'s `h_offer_states`).
     h_states: Vec<(usize, crate::kv_groups::StateKeyed)>,
+    /// A hybrid pool's livelock watch (`livelock.rs`).
+    pub(super) watch: livelock::Watch,
 }
 
 impl Tier {
@@ -266,6 +269,7 @@ impl Tier {
             occ_busy: 0,
             occ_steps: 0,
             h_last: Vec::new(),
+            watch: livelock::Watch::default(),
             h_states: Vec::new(),
         }
     }
@@ -460,7 +464,7 @@ impl Engine<'_> {
         per_block: u64,
     ) -> i64 {
         transfer_end(start, latency, blocks, per_block).unwrap_or_else(|| {
-            self.overflow(transfer_overflow_message(what, blocks, start));
+            self.stop_after_step(transfer_overflow_message(what, blocks, start));
             i64::MAX
         })
     }
@@ -475,7 +479,7 @@ impl Engine<'_> {
         (blocks, link_ps): (u64, u64),
     ) -> i64 {
         transfer_end(start, latency, 1, link_ps).unwrap_or_else(|| {
-            self.overflow(transfer_overflow_message(what, blocks, start));
+            self.stop_after_step(transfer_overflow_message(what, blocks, start));
             i64::MAX
         })
     }
@@ -525,7 +529,7 @@ impl Engine<'_> {
         if !any {
             return 0;
         }
-        if self.clock_overflow.is_some() {
+        if self.step_error.is_some() {
             return step_end; // (the run stops after this step with its error, as the reference raises it)
         }
         self.flush_step(tier, flushed, observation, step_end, before)

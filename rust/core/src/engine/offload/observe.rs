@@ -45,6 +45,7 @@ impl Engine<'_> {
                 let What::Load(keys) = &job.what else {
                     // (a decode replica's transfer)
                     self.slab[job.k].jobs -= 1;
+                    tier.watch.landings += 1;
                     self.land(job.k);
                     continue;
                 };
@@ -58,6 +59,7 @@ impl Engine<'_> {
                     }
                 }
                 self.slab[job.k].jobs -= 1;
+                tier.watch.landings += 1;
                 self.land(job.k);
                 self.log_count(event::LOAD_DONE, job.row, -1, keys.len() as i64);
             }
