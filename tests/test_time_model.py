@@ -395,6 +395,36 @@ def test_the_experts_read_at_the_fused_moe_kernels_measured_fraction():
             Efficiencies(moe_memory=bad)
 
 
+def test_the_fused_moe_benchmark_is_a_call_cost_plus_the_bytes():
+    """DESIGN.md §Time model, "The routed experts' read": the #19049 times behind `FUSED_MOE_MEMORY` are a
+    fixed 56.1 µs a call plus the bytes at 0.892 of the A100's 1,555 GB/s (least squares on the time), within
+    5.4 % of every point; a third term per token fits no closer (5.3 % at most). The times are read back
+    from the curve's own fractions (each the experts touched × 9,437,184 B over the time and 1,555 GB/s), so
+    an edit to the curve that the paragraph does not follow fails here."""
+    hbm, expert = 1555e9, 9_437_184
+    tokens = np.array([1, 2, 4, 8, 16, 24, 32, 48, 64, 96], dtype=float)
+    touched = 128 * (1 - (1 - 8 / 128) ** tokens)
+    assert len(FUSED_MOE_MEMORY) == len(tokens)
+    assert [t for t, _ in FUSED_MOE_MEMORY] == pytest.approx(tokens * 8 / touched, abs=1e-4)
+    read_s = touched * expert / hbm  # (at the datasheet's full rate)
+    times = read_s / np.array([f for _, f in FUSED_MOE_MEMORY])
+    assert times[0] * 1e6 == pytest.approx(109.21, abs=0.02)  # (the benchmark's 109.21 µs at one token)
+    assert times[-1] * 1e6 == pytest.approx(943.14, abs=0.1)
+    line = np.column_stack([np.ones_like(read_s), read_s])
+    (call, inverse), *_ = np.linalg.lstsq(line, times, rcond=None)
+    assert call * 1e6 == pytest.approx(56.1, abs=0.05)
+    assert 1 / inverse == pytest.approx(0.892, abs=0.0005)
+    residual = line @ [call, inverse] / times - 1
+    assert np.max(np.abs(residual)) == pytest.approx(0.054, abs=0.0005)  # (at 4 tokens, -5.4 %)
+    assert np.argmax(np.abs(residual)) == 2
+    per_token = np.column_stack([line, tokens])
+    fit, *_ = np.linalg.lstsq(per_token, times, rcond=None)
+    assert np.max(np.abs(per_token @ fit / times - 1)) == pytest.approx(0.053, abs=0.0005)
+    # The curve itself puts the call's cost into the fraction: flat at 0.82-0.84 of HBM from two tokens an
+    # expert, where the line's bytes alone would read at 0.892.
+    assert all(0.82 <= f <= 0.84 for t, f in FUSED_MOE_MEMORY if t > 1.9)
+
+
 def test_a_dense_model_does_not_see_the_fused_moe_curve():
     """No routed experts, no table: the dense roofline is the same whatever the curve."""
     for m in (LLAMA, kvsim.models.get("qwen3-32b")):

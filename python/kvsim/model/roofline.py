@@ -86,9 +86,10 @@ COLLECTIVE_HOP_PS = 3_000_000
 # experts touched under uniform routing (the benchmark's gating is random), 128 · (1 − (1 − 8/128)^M), times
 # one expert's 9,437,184 B, over the time and 1,555 GB/s; `t` is M · 8 over those experts. The time is the
 # whole `fused_moe` call (routing, alignment, both GEMMs, activation, the top-k sum), so the call's fixed
-# cost falls into the fraction: the times are ~56 µs a call plus the bytes at ~0.89 of peak, within 6 %,
-# which is what the low end at few tokens an expert is (DESIGN.md §Time model, "The routed experts' read",
-# says what that means for larger experts). A transfer: another GPU, one shape and dtype.
+# cost falls into the fraction: the times are 56.1 µs a call plus the bytes at 0.892 of peak, within 5.4 %
+# (least squares on the time), which is what the low end at few tokens an expert is (DESIGN.md §Time model,
+# "The routed experts' read", says what that means for larger experts, and why kvsim keeps the curve: the
+# call's cost is ~27-33 µs on an H100 or a B200). A transfer: another GPU, one shape and dtype.
 FUSED_MOE_MEMORY: tuple[tuple[float, float], ...] = (
     (1.0000, 0.4446),  # M = 1
     (1.0323, 0.5886),  # 2
