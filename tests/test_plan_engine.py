@@ -189,6 +189,57 @@ def test_plot_marks_the_bound_and_the_knee(real, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _markers(ax):
+    """The probes' markers as drawn: (rate, passed, hollow) for each, read off the figure (passing ones
+    blue, failing ones red; hollow: no face colour)."""
+    from matplotlib.colors import to_rgba
+
+    from kvsim.analysis.plots_plan import PASS_COLOR
+
+    drawn = []
+    for c in ax.collections:
+        if c.get_zorder() != 3 or len(c.get_offsets()) == 0:
+            continue
+        passed = tuple(c.get_edgecolors()[0]) == to_rgba(PASS_COLOR)
+        hollow = len(c.get_facecolors()) == 0 or c.get_facecolors()[0][3] == 0
+        drawn += [(float(x), passed, hollow) for x, _ in c.get_offsets()]
+    return sorted(drawn)
+
+
+def test_plot_draws_the_probes_not_a_steady_state_hollow(real):
+    """The probes whose run was no steady state (`steady` false: too short or overloaded) are drawn
+    hollow, the rest filled, passing or failing alike, and one legend entry counts each kind; the
+    markers follow the column (flipped, they flip; without it, as from another probe function, none is
+    hollow and the legend says nothing of it)."""
+    import copy
+
+    _, _, _, r = real
+    rows = r.probes.sort(r.axis).to_dicts()
+    assert {row["steady"] for row in rows} == {True, False}  # (else this test could not fail)
+    want = [(row[r.axis], row["passed"], not row["steady"]) for row in rows]
+    short = sum(1 for row in rows if not row["steady"] and not row["overloaded"])
+    over = sum(1 for row in rows if row["overloaded"])
+    assert short > 0
+    assert over > 0
+    for ax in r.figure().get_axes():
+        assert _markers(ax) == want
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert f"hollow: not a steady state ({short} too short, {over} overloaded)" in labels
+    flipped = copy.copy(r)
+    flipped.probes = r.probes.with_columns(steady=~pl.col("steady"), overloaded=pl.lit(False))
+    (ax, _) = flipped.figure().get_axes()
+    assert _markers(ax) == [(x, p, not h) for x, p, h in want]
+    n = sum(1 for row in rows if row["steady"])
+    assert f"hollow: not a steady state ({n} too short)" in [
+        t.get_text() for t in ax.get_legend().get_texts()
+    ]
+    bare = copy.copy(r)
+    bare.probes = r.probes.drop("steady", "overloaded")
+    (ax, _) = bare.figure().get_axes()
+    assert _markers(ax) == [(x, p, False) for x, p, _ in want]
+    assert not [t for t in ax.get_legend().get_texts() if t.get_text().startswith("hollow")]
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 
 CLI = [

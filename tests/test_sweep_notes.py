@@ -12,8 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvsim.analysis.steady_state import STEADY_SPANS, sweep_too_short_note
+from kvsim.analysis.steady_state import STEADY_SPANS, sweep_overloaded_note, sweep_too_short_note
 from kvsim.cli import main
+from kvsim.errors import InvalidArgumentError
 
 SMALL = ["--requests", "5", "--seeds", "3", "--no-progress", "--no-resume"]
 STEADY = "note: not a steady state"
@@ -193,3 +194,80 @@ def test_a_sweeps_header_counts_runs_and_says_what_they_are(capsys, tmp_path):
     assert lines[0].startswith(f"sweep: 4 runs now, 0 already in {out}: 2 points × 2 seeds (")
     (note,) = [x for x in lines if x.startswith(STEADY)]
     assert note.startswith("note: not a steady state at 2 of the sweep's 2 points: ")
+
+
+RATES = ["--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=12GiB",
+         "--workload", "sharegpt", "--requests", "600", "--no-progress", "--no-resume"]  # fmt: skip
+OVERLOADED = "note: overloaded at "
+
+
+def _run_notes(capsys: pytest.CaptureFixture[str], rate: float) -> list[str]:
+    """`kvsim run`'s notes on the sweep's point at `rate` req/s (one seed: the sweep's first, 0)."""
+    argv = ["run", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "12GiB"]
+    argv += ["--workload", f"sharegpt:arrival_rate={rate}", "--requests", "600", "--seed", "0"]
+    assert main(argv) == 0
+    return [x for x in capsys.readouterr().out.splitlines() if x.startswith("note: ")]
+
+
+def test_a_sweep_over_rates_past_capacity_names_its_overloaded_points_as_kvsim_run_does(capsys, tmp_path):
+    """600 ShareGPT-like requests on OPT-13B (12 GiB of KV on an A100-40GB), which serves about 3.7 req/s:
+    at 1 req/s a steady state, at 16 req/s the queue grows through the run. One note for the sweep names
+    the point at 16 by its column, with its rates, in kvsim run's words; kvsim run of each point says
+    overloaded of that one only, and the rows keep the verdict. The overloaded point is not also named too
+    short (kvsim run gives an overloaded run that note only), though its arrivals lasted less than 5 of its
+    e2e p99s."""
+    out = tmp_path / "r.parquet"
+    assert main(["sweep", *RATES, "--grid", "workload.arrival_rate=1,16", "--output", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (note,) = [x for x in lines if x.startswith(OVERLOADED)]
+    assert note.startswith(
+        "note: overloaded at 1 of the sweep's 2 points: workload=sharegpt:arrival_rate=16.0 "
+        "workload.arrival_rate=16.0 (arrived at 16.7 requests/s, served at 3.79/s): "
+    )
+    assert "arrival_rate=1.0" not in note
+    assert not [x for x in lines if x.startswith(STEADY)]  # (the point at 1 req/s is long enough)
+    frame = pl.read_parquet(out).sort("workload.arrival_rate")
+    assert frame["overloaded"].to_list() == [False, True]
+    assert frame["arrival_span_s"][1] < STEADY_SPANS * frame["e2e_s_p99"][1]  # (short too: not said)
+    # kvsim run's rule and words: its note on the point at 16, none on the point at 1.
+    (said,) = [x for x in _run_notes(capsys, 16) if x.startswith("note: overloaded: ")]
+    assert "offers 16.7 requests/s and this configuration served 3.79/s" in said
+    tail = "TTFT and end-to-end latency count that wait and grow with --requests, not a steady state; lower the rate"
+    assert tail in said
+    assert tail in note
+    assert said.endswith("or find the highest rate that meets an SLO with kvsim plan")
+    assert note.endswith("lower the rate or find the highest rate that meets an SLO with kvsim plan")
+    assert not [x for x in _run_notes(capsys, 1) if "overloaded" in x]
+
+
+def test_the_overloaded_note_names_points_by_seed_and_old_rows_get_none():
+    """A point is overloaded when one of its seeds' runs is, named by the seed served the least share of
+    its arrivals; rows without the column (a sweep file from before it, resumed) or none overloaded: no
+    note; bad arguments are refused by name."""
+    frame = pl.DataFrame(
+        {
+            "point_id": ["a", "a", "b"],
+            "seed": [0, 1, 0],
+            "max_num_seqs": [8, 8, 64],
+            "completed": [101] * 3,
+            "arrival_span_s": [10.0, 20.0, 10.0],
+            "throughput_rps": [8.0, 2.5, 9.0],
+            "overloaded": [True, True, None],
+        }
+    )
+    note = sweep_overloaded_note(frame) or ""
+    assert note.startswith(
+        "overloaded at 1 of the sweep's 2 points: max_num_seqs=8 (arrived at 5 requests/s, served at 2.5/s): "
+        "its requests arrived faster than the configuration served them (in one seed's run at least), "
+    )
+    assert sweep_overloaded_note(frame.drop("overloaded")) is None
+    assert sweep_overloaded_note(frame.with_columns(overloaded=pl.lit(False))) is None
+    # (a too-short row that was overloaded is left to this note)
+    short = frame.with_columns(e2e_s_p99=pl.lit(100.0))
+    assert (sweep_too_short_note(short) or "").startswith(
+        "not a steady state at 1 of the sweep's 2 points: max_num_seqs=64 "
+    )
+    with pytest.raises(InvalidArgumentError, match="shown 0"):
+        sweep_overloaded_note(frame, shown=0)
+    with pytest.raises(InvalidArgumentError, match="axes"):
+        sweep_overloaded_note(frame, ["nope"])

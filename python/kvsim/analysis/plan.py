@@ -58,6 +58,7 @@ from kvsim.analysis.plan_search import (
     Search,
     check_precision,
     parse_slos,
+    served_none,
 )
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
@@ -554,6 +555,8 @@ def _search(
         if rows
         else pl.DataFrame({axis: pl.Series([], dtype=schema_axis)})
     )
+    if served_none(frame) is not None:  # (no value served a request: not below a floor nor above a cap)
+        status = "all-rejected"
     return PlanResult(
         axis=axis,
         value=None if value is None else cast(value),

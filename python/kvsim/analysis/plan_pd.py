@@ -95,9 +95,15 @@ class SplitPlan:
 
         if len(set(counts.values())) == 1:
             n = next(iter(counts.values()))
+            # (every request set aside leaves no rest: each search is then `all-rejected`)
+            rest = (
+                "no request is left to judge the SLOs on"
+                if self.requests and n >= self.requests
+                else "the SLOs are judged on the rest"
+            )
             return [
                 f"{n:,}{of} request{'' if (self.requests or n) == 1 else 's'} set aside, rejected at every probe whatever the fleet "
-                f"({why(self.aggregated_search.unservable)}): the SLOs are judged on the rest"
+                f"({why(self.aggregated_search.unservable)}): {rest}"
             ]
         each = ", ".join(f"{k} {n:,}" for k, n in counts.items())
         reasons = why({r: n for v in self.set_aside.values() for r, n in v.items()})
@@ -180,14 +186,24 @@ class SplitPlan:
         slos = ", ".join(s.label() for s in self.slos)
         at = f"at {self.rate:.4g} req/s under {slos}"
         lines = []
-        if self.aggregated is None:
+        # (a search whose every probe rejected every request judged no SLO: `all-rejected`)
+        nothing = (
+            f"served a request at {self.rate:.4g} req/s (all-rejected: every request was rejected at every "
+            f"probe), so no SLO ({slos}) was judged"
+        )
+        splits = list(self.split_searches.values())
+        if self.aggregated is None and self.aggregated_search.status == "all-rejected":
+            lines.append(f"aggregated: no fleet of at most {self.max_gpus} GPUs {nothing}")
+        elif self.aggregated is None:
             lines.append(f"aggregated: no fleet of at most {self.max_gpus} GPUs meets the SLOs {at}")
         else:
             lines.append(
                 f"aggregated: {fmt_count(self.aggregated, 'replica')} = {fmt_count(self.aggregated_gpus or 0, 'GPU')}, "
                 f"{self.aggregated_goodput_per_gpu:.4g} req/s per GPU"
             )
-        if self.split is None:
+        if self.split is None and splits and all(r.status == "all-rejected" for r in splits):
+            lines.append(f"disaggregated: no split of at most {self.max_gpus} GPUs {nothing}")
+        elif self.split is None:
             lines.append(f"disaggregated: no split of at most {self.max_gpus} GPUs meets the SLOs {at}")
         else:
             p, d = self.split

@@ -26,7 +26,23 @@ from kvsim.model.units import fmt_count
 DEFAULT_PRECISION = 0.02
 DEFAULT_MAX_PROBES = 40
 
-STATUSES = ("converged", "probe-limit", "above-cap", "below-floor")
+STATUSES = ("converged", "probe-limit", "above-cap", "below-floor", "all-rejected")
+"""How a search ended (`PlanResult.status`); `all-rejected` overrides the others where every probe that
+ran rejected every request (`served_none`): the search learned nothing of the axis."""
+
+
+def served_none(probes: pl.DataFrame) -> int | None:
+    """Where no probe served a request, every probe that ran rejecting every one (`--max-model-len 16`),
+    the most requests a probe rejected; else None, and None where the probes carry no counts (a caller's
+    probe function). A probe refused without a run (`refused`, no counts) is not one that ran. Such a
+    search learned nothing of its axis: whatever the value, nothing was served to judge an SLO on
+    (`PlanResult.status` `all-rejected`, its message `PlanResult._nothing_served`)."""
+    if probes.height == 0 or not {"completed", "rejected"} <= set(probes.columns):
+        return None
+    ran = probes.filter(pl.col("rejected").is_not_null())
+    if ran.height == 0 or ran["completed"].fill_null(0).max() != 0 or ran["rejected"].min() == 0:
+        return None
+    return max(int(v) for v in ran["rejected"].to_list())
 
 
 def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
@@ -257,7 +273,10 @@ class PlanResult:
         status: `converged` (the bracket is within the precision), `probe-limit` (max_probes reached
             first), `above-cap` (every probe up to the cap gave what low values give: a rate that passes
             everywhere up to `max_rate`, or replicas / memory that never suffice), `below-floor` (the
-            opposite at the floor).
+            opposite at the floor), `all-rejected` (every probe that ran rejected every request, so no
+            SLO could be judged at any value and the search learned nothing of the axis: `served_none`;
+            over the others, which would say the rate lies below the floor or the replicas or memory
+            above the cap).
         slos: the bounds.
         probes: one row per probe in the order run: `round`, the axis (`rate` or the knob), `passed`, one
             column per SLO metric (its value), `rate` (the target rate of knob searches), `completed`,
@@ -514,12 +533,9 @@ class PlanResult:
         can be judged on none, so no advice to loosen them, lower a rate or change the GPU, only why the
         requests were rejected (`unservable`'s reasons, where it knows them) and what admits them; "" where
         a probe served one, or the probes carry no counts (a caller's)."""
-        if self.probes.height == 0 or not {"completed", "rejected"} <= set(self.probes.columns):
+        total = served_none(self.probes)
+        if total is None:
             return ""
-        ran = self.probes.filter(pl.col("rejected").is_not_null())
-        if ran.height == 0 or ran["completed"].fill_null(0).max() != 0 or ran["rejected"].min() == 0:
-            return ""
-        total = max(int(v) for v in ran["rejected"].to_list())
         fixes = {
             "prompt_len reaches max_model_len": "a max_model_len (--max-model-len) that holds the prompts and "
             "some output, or shorter prompts",
@@ -552,6 +568,9 @@ class PlanResult:
     @property
     def message(self) -> str:
         """The outcome in one or two sentences."""
+        nothing = self._nothing_served()
+        if nothing or self.status == "all-rejected":  # (a caller's result without the counts: no reasons)
+            return nothing or f"every request was rejected at every {self.axis} probed: no SLO can be judged"
         lo, hi = self.bracket
         slos = ", ".join(s.label() for s in self.slos)
         n = self.probes.height
@@ -588,9 +607,6 @@ class PlanResult:
                 f"{self._fmt(hi)}",
             }[self.status]
         aside = sum(self.unservable.values())
-        nothing = self._nothing_served()
-        if nothing:
-            return nothing
         if "rejected" in self.probes.columns:
             rejecting = self.probes.filter(pl.col("rejected").fill_null(0) > aside)
             if rejecting.height:
@@ -729,4 +745,5 @@ __all__ = [
     "Search",
     "check_precision",
     "parse_slos",
+    "served_none",
 ]

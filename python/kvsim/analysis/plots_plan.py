@@ -1,5 +1,6 @@
 """A capacity search's figure (`kvsim plan --plot`, DESIGN.md §Capacity search): per SLO its metric
-against the searched axis, passing and failing probes with their 95 % intervals, the bound and the
+against the searched axis, passing and failing probes (hollow where not a steady state) with their 95 %
+intervals, the bound and the
 answer (`draw_plan`,
 `plan_figure`), titled with the answer and its bracket (`plan_finding`). `kvsim.analysis.plots`
 re-exports these names.
@@ -43,8 +44,9 @@ def plan_finding(result: Any) -> str:
 
 
 def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
-    """One SLO metric of a capacity search against its axis: passing probes as filled dots, failing ones
-    as crosses, each probe's 95 % interval of the metric as a vertical bar where kvsim's probes give one
+    """One SLO metric of a capacity search against its axis: passing probes as dots, failing ones as
+    crosses, filled where the probe's run was a steady state and hollow where it was not (its `steady`,
+    `kvsim.analysis.plan.probe_summary`: overloaded or too short; one legend entry counts each), each probe's 95 % interval of the metric as a vertical bar where kvsim's probes give one
     (`plan_sampling.interval`: a percentile's, a mean's, a goodput fraction's; DESIGN.md §Capacity search,
     "Sampling"), an end too few requests give drawn as an open triangle past the estimate, the bound as a
     dashed line, the answer as a vertical line (the knee of a rate search)."""
@@ -58,12 +60,36 @@ def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
     xs = probes[result.axis].to_list()
     ys = probes[slo.metric].to_list()
     ok = probes["passed"].to_list()
+    # (kvsim's probes say whether their run was a steady state, `plan.probe_summary`; other probes do not)
+    steady = probes["steady"].to_list() if "steady" in probes.columns else [None] * len(xs)
     ax.plot(xs, [float("nan") if y is None else y for y in ys], color="#adb5bd", lw=1, zorder=1)
-    ax.scatter([x for x, p in zip(xs, ok, strict=True) if p], [y for y, p in zip(ys, ok, strict=True) if p],
-               color="#1c7ed6", marker="o", zorder=3, label="probe passes (every SLO)")  # fmt: skip
-    ax.scatter([x for x, p in zip(xs, ok, strict=True) if not p],
-               [y for y, p in zip(ys, ok, strict=True) if not p],
-               color="#c92a2a", marker="x", zorder=3, label="probe fails (some SLO)")  # fmt: skip
+    # (a hollow cross reads as one at a larger size and a thinner edge than a hollow dot)
+    for passed, color, marker, size, edge, label in (
+        (True, PASS_COLOR, "o", 44, 1.5, "probe passes (every SLO)"),
+        (False, FAIL_COLOR, "X", 64, 1.1, "probe fails (some SLO)"),
+    ):
+        for hollow in (False, True):
+            at = [i for i in range(len(xs)) if ok[i] is passed and (steady[i] is False) is hollow]
+            if not at and hollow:
+                continue
+            ax.scatter([xs[i] for i in at], [ys[i] for i in at], marker=marker, s=size, zorder=3,
+                       facecolors="none" if hollow else color, edgecolors=color, linewidths=edge if hollow else 0,
+                       label="_nolegend_" if hollow else label)  # fmt: skip
+    unsteady = [i for i in range(len(xs)) if steady[i] is False]
+    if unsteady:
+        over = probes["overloaded"].to_list() if "overloaded" in probes.columns else [None] * len(xs)
+        n_over = sum(1 for i in unsteady if over[i])
+        why = ", ".join(
+            part
+            for part in (
+                f"{len(unsteady) - n_over} too short" if len(unsteady) > n_over else "",
+                f"{n_over} overloaded" if n_over else "",
+            )
+            if part
+        )
+        # (one legend entry for the hollow markers, whichever the verdict: an empty scatter drawn as a key)
+        ax.scatter([], [], marker="o", s=44, facecolors="none", edgecolors="#495057", linewidths=1.5,
+                   label=f"hollow: not a steady state ({why})")  # fmt: skip
     _draw_intervals(ax, probes, result.axis, slo, interval)
     ax.axhline(slo.bound, color="black", ls="--", lw=1, label=f"SLO: {slo.label()}")
     if result.value is not None:
@@ -113,6 +139,9 @@ def _draw_intervals(ax: Axes, probes: Any, axis: str, slo: Any, interval: Any) -
                            label="_nolegend_" if opens else "interval open (too few requests)")  # fmt: skip
                 opens = True
 
+
+PASS_COLOR, FAIL_COLOR = "#1c7ed6", "#c92a2a"
+"""The colours of passing and failing probes (`draw_plan`)."""
 
 OPEN_OFFSET_PT = 9
 """How far past its probe's estimate an open end's triangle is drawn, in points (a marker's size)."""

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvsim.analysis.steady_state import (
+    LOWER_THE_RATE,
     MIN_RATE_ARRIVALS,
     ONE_REQUEST_NOTE,
+    QUEUE_WAIT_COUNTS,
     queue_growth,
     too_short,
     too_short_note,
@@ -135,9 +137,8 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
             f"overloaded: {arrived} and this configuration served "
             f"{served:,.3g}/s, so the queue grew through the run (the first tenth of requests, by arrival, "
             f"waited {fmt_duration_ps(first * 1e12)} on average for their first step, the last tenth "
-            f"{fmt_duration_ps(last * 1e12)}): TTFT and end-to-end latency count that wait and grow with "
-            "--requests, not a steady state; lower the rate (--time-scale, --request-rate) or find the "
-            "highest rate that meets an SLO with kvsim plan"
+            f"{fmt_duration_ps(last * 1e12)}): {QUEUE_WAIT_COUNTS}; lower the rate (--time-scale, --request-rate) "
+            f"or {LOWER_THE_RATE}"
         )
     short = too_short(result) if growth is None else None  # (an overloaded run's note says it is not one)
     if short is not None:

@@ -2,7 +2,8 @@
 overloaded (`queue_growth`: its queue grew through the run) or too short to reach a steady state
 (`too_short`: its arrivals lasted less than `STEADY_SPANS` times its requests' e2e p99), the requests one
 needs (`steady_requests`), `kvsim run`'s note on a run too short (`too_short_note`) and `kvsim sweep`'s on
-its points too short (`sweep_too_short_note`, from the rows' `arrival_span_s`). Read by `kvsim run`'s notes
+its points too short (`sweep_too_short_note`, from the rows' `arrival_span_s`) and overloaded
+(`sweep_overloaded_note`, from the rows' `overloaded`), in the words `kvsim run`'s notes use. Read by `kvsim run`'s notes
 (`kvsim.analysis.run_report`), capacity search's probes (`kvsim.analysis.plan.probe_summary`) and its
 answer's caveat (`PlanResult.steady_caveat`), and `kvsim sweep` (`kvsim.analysis.sweep.run_point`,
 `kvsim.cli.cmd_sweep`)."""
@@ -267,6 +268,69 @@ ONE_REQUEST_NOTE = (
 the least steady there is, got no note while 2 requests got one)."""
 
 
+def _sweep_note_args(frame: Any, axes: Sequence[str] | None, shown: int) -> list[str]:
+    """The checks `kvsim sweep`'s notes (`sweep_too_short_note`, `sweep_overloaded_note`) make of their
+    arguments, and the columns that name a point: `axes`, or by default `point_axes`' rule without a grid.
+
+    Raises:
+        InvalidArgumentError: `frame` not a polars DataFrame, `shown` not an integer of 1 or more, `axes`
+            not a sequence of the frame's column names.
+    """
+    import polars as pl
+
+    from kvsim.analysis.sweep_stats import point_axes
+
+    if not isinstance(frame, pl.DataFrame):
+        raise InvalidArgumentError(f"frame {type(frame).__name__} must be a sweep's polars DataFrame")
+    if isinstance(shown, bool) or not isinstance(shown, (int, np.integer)) or shown < 1:
+        raise InvalidArgumentError(
+            f"shown {shown!r} must be a count of points to name (an integer, 1 or more)"
+        )
+    if axes is None:
+        return point_axes(frame)
+    if isinstance(axes, (str, bytes)) or not isinstance(axes, Sequence):
+        raise InvalidArgumentError(f"axes {axes!r} must be a sequence of column names (a list)")
+    unknown = [a for a in axes if not isinstance(a, str) or a not in frame.columns]
+    if unknown:
+        raise InvalidArgumentError(f"axes {unknown!r}: not columns of the sweep's frame")
+    return list(axes)
+
+
+def _sweep_points(frame: Any, rows: list[dict[str, Any]], worst: Any) -> dict[Any, dict[str, Any]]:
+    """The points of a sweep's `rows` (a point: its parameters, whatever the seed), each with its row
+    whose `worst(row)` is least (its seed the note quotes)."""
+    from kvsim.analysis.sweep_stats import parameter_columns
+
+    params = parameter_columns(frame)
+    points: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        key = tuple(r[c] for c in params)
+        if key not in points or worst(r) < worst(points[key]):
+            points[key] = r
+    return points
+
+
+def _sweep_frame(frame: Any, points: dict[Any, Any], shown: int, labels: list[str]) -> tuple[str, str, str]:
+    """What `kvsim sweep`'s notes open with: "N of the sweep's M points: " and the first `shown` of
+    the points' `labels`, then how many more; and " (in one seed's run at least)" where the sweep ran
+    several seeds, else ""; and whether one point ("its") or several ("their")."""
+    from kvsim.analysis.sweep_stats import parameter_columns
+
+    params = parameter_columns(frame)
+    more = f"; and {len(labels) - shown} more" if len(labels) > shown else ""
+    total = frame.select(params).unique().height if params else 1
+    seeds = (
+        " (in one seed's run at least)" if "seed" in frame.columns and frame["seed"].n_unique() > 1 else ""
+    )
+    head = f"{len(points):,} of the sweep's {fmt_count(total, 'point')}: {'; '.join(labels[:shown])}{more}"
+    return head, seeds, "its" if len(points) == 1 else "their"
+
+
+def _point_name(r: dict[str, Any], axes: list[str]) -> str:
+    """A sweep row's point as the notes name it: its `axes`' values (`max_num_seqs=16`)."""
+    return " ".join(f"{c}={r[c]}" for c in axes) or "the sweep's point"
+
+
 def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: int = 8) -> str | None:
     """`kvsim sweep`'s note, once for the sweep, on its points too short to reach a steady state
     (`short_of_steady` on each row's `arrival_span_s` and `e2e_s_p99`; a point, its parameters whatever the
@@ -276,8 +340,10 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
     first `shown`, then how many more), with how long their arrivals lasted against their e2e p99, why that is
     no steady state, and the most requests one of them needs (the rows' `steady_requests`, kvsim run's
     count, `kvsim.analysis.sweep.steady_columns`; past `plan_sampling.SETTLE_CAP` given as more than that;
-    left out where no rate can be told). None when no row is too short, or rows lack the columns (a
-    sweep file written before they were kept).
+    left out where no rate can be told). A row that was overloaded (its `overloaded`, `queue_growth`) is
+    not judged here, as `kvsim run` gives an overloaded run that note only: `sweep_overloaded_note` names
+    it. None when no row is too short, or rows lack the columns (a sweep file written before they were
+    kept).
 
     Raises:
         InvalidArgumentError: `frame` not a polars DataFrame, `shown` not an integer of 1 or more, `axes`
@@ -286,38 +352,26 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
     import polars as pl
 
     from kvsim.analysis.plan_sampling import SETTLE_CAP
-    from kvsim.analysis.sweep_stats import parameter_columns, point_axes
 
-    if not isinstance(frame, pl.DataFrame):
-        raise InvalidArgumentError(f"frame {type(frame).__name__} must be a sweep's polars DataFrame")
-    if isinstance(shown, bool) or not isinstance(shown, (int, np.integer)) or shown < 1:
-        raise InvalidArgumentError(
-            f"shown {shown!r} must be a count of points to name (an integer, 1 or more)"
-        )
-    if axes is not None:
-        if isinstance(axes, (str, bytes)) or not isinstance(axes, Sequence):
-            raise InvalidArgumentError(f"axes {axes!r} must be a sequence of column names (a list)")
-        unknown = [a for a in axes if not isinstance(a, str) or a not in frame.columns]
-        if unknown:
-            raise InvalidArgumentError(f"axes {unknown!r}: not columns of the sweep's frame")
+    names = _sweep_note_args(frame, axes, shown)
     need = {"arrival_span_s", "e2e_s_p99"}
     if frame.height == 0 or not need <= set(frame.columns):
         return None
     rows = frame.filter(pl.col("arrival_span_s").is_not_null() & pl.col("e2e_s_p99").is_not_null())
+    if "overloaded" in rows.columns:  # (its note says it is no steady state at any length)
+        rows = rows.filter(~pl.col("overloaded").fill_null(False))
     short = [r for r in rows.iter_rows(named=True) if short_of_steady(r["arrival_span_s"], r["e2e_s_p99"])]
     if not short:
         return None
-    params = parameter_columns(frame)  # (a point: its parameters, whatever the seed)
-    axes = point_axes(frame) if axes is None else list(axes)
-    points: dict[Any, dict[str, Any]] = {}
-    for r in short:  # (per point, its seed whose arrivals lasted the fewest e2e p99s)
-        key = tuple(r[c] for c in params)
-        spans = r["arrival_span_s"] / r["e2e_s_p99"] if r["e2e_s_p99"] > 0 else math.inf
-        if key not in points or spans < points[key]["spans"]:
-            points[key] = {**r, "spans": spans}
+    # (per point, its seed whose arrivals lasted the fewest e2e p99s)
+    points = _sweep_points(
+        frame,
+        short,
+        lambda r: r["arrival_span_s"] / r["e2e_s_p99"] if r["e2e_s_p99"] > 0 else math.inf,
+    )
     labels = []
     for r in points.values():
-        name = " ".join(f"{c}={r[c]}" for c in axes) or "the sweep's point"
+        name = _point_name(r, names)
         if r["arrival_span_s"] <= 0 and r.get("completed") == 1:
             labels.append(f"{name} (one request finished: no rate)")
         elif r["arrival_span_s"] <= 0:
@@ -326,7 +380,7 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
             labels.append(
                 f"{name} (arrivals over {fmt_spans(r['arrival_span_s'], r['e2e_s_p99'])} times its e2e p99)"
             )
-    more = f"; and {len(labels) - shown} more" if len(labels) > shown else ""
+    head, seeds, its = _sweep_frame(frame, points, shown, labels)
     one = len(points) == 1
     whose = "that point's" if one else "those points'"
     # (over every short row, not only each point's shortest seed: the one needing most decides)
@@ -340,24 +394,80 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
             else f": about {fmt_count(most, 'request')} or more (--requests)"
             + ("" if one else " to cover them all")
         )
-    total = frame.select(params).unique().height if params else 1
-    seeds = (
-        " (in one seed's run at least)" if "seed" in frame.columns and frame["seed"].n_unique() > 1 else ""
-    )
     return (
-        f"not a steady state at {len(points):,} of the sweep's {fmt_count(total, 'point')}: "
-        f"{'; '.join(labels[:shown])}{more}: {'its' if one else 'their'} finished requests arrived over "
+        f"not a steady state at {head}: {its} finished requests arrived over "
         f"less than {STEADY_SPANS:g} times their e2e p99{seeds}, kvsim run's rule, and {STARTS_EMPTY}, so "
         f"{whose} latencies, batch and memory were measured on a lighter engine than "
-        f"{'its' if one else 'their'} rate keeps in a steady state; {NEED_SPANS}{count}"
+        f"{its} rate keeps in a steady state; {NEED_SPANS}{count}"
+    )
+
+
+QUEUE_WAIT_COUNTS = "TTFT and end-to-end latency count that wait and grow with --requests, not a steady state"
+"""What an overloaded run's latencies measure, in the words `kvsim run`'s "overloaded" note
+(`kvsim.analysis.run_report`) and `kvsim sweep`'s (`sweep_overloaded_note`) share, after the waits for
+a first step that grew through the run."""
+
+LOWER_THE_RATE = "find the highest rate that meets an SLO with kvsim plan"
+"""The way out `kvsim run`'s "overloaded" note and `kvsim sweep`'s (`sweep_overloaded_note`) share, after
+"lower the rate" and how."""
+
+
+def sweep_overloaded_note(frame: Any, axes: Sequence[str] | None = None, shown: int = 8) -> str | None:
+    """`kvsim sweep`'s note, once for the sweep, on its overloaded points: those whose queue grew through
+    the run (`queue_growth`, the rule of `kvsim run`'s "overloaded" note, which the rows keep as
+    `overloaded`, `kvsim.analysis.sweep.steady_columns`; a point, its parameters whatever the seed, is
+    overloaded when one of its seeds' runs is). Names them by `axes`, as `sweep_too_short_note` does (the
+    first `shown`, then how many more), each with the rate its finished requests arrived at (their count
+    `completed` over `arrival_span_s`, as `queue_growth` takes it) and the rate it served them at
+    (`throughput_rps`), from its seed served the least share of its arrivals; says what their latencies
+    measure and the way out, in `kvsim run`'s words. None when no row is overloaded, or rows lack the
+    column (a sweep file written before it was kept).
+
+    Raises:
+        InvalidArgumentError: `frame` not a polars DataFrame, `shown` not an integer of 1 or more, `axes`
+            not a sequence of the frame's column names.
+    """
+    import polars as pl
+
+    names = _sweep_note_args(frame, axes, shown)
+    if frame.height == 0 or "overloaded" not in frame.columns:
+        return None
+    rows = list(frame.filter(pl.col("overloaded").fill_null(False)).iter_rows(named=True))
+    if not rows:
+        return None
+
+    def rates(r: dict[str, Any]) -> tuple[float, float] | None:
+        n, span, served = r.get("completed"), r.get("arrival_span_s"), r.get("throughput_rps")
+        if n is None or span is None or served is None or span <= 0:
+            return None
+        return arrival_rate(int(n), float(span)), float(served)
+
+    def share(r: dict[str, Any]) -> float:
+        got = rates(r)
+        return math.inf if got is None else got[1] / got[0]
+
+    points = _sweep_points(frame, rows, share)  # (per point, its seed served the least share)
+    labels = []
+    for r in points.values():
+        got = rates(r)
+        figures = "" if got is None else f" (arrived at {got[0]:,.3g} requests/s, served at {got[1]:,.3g}/s)"
+        labels.append(f"{_point_name(r, names)}{figures}")
+    head, seeds, its = _sweep_frame(frame, points, shown, labels)
+    return (
+        f"overloaded at {head}: {its} requests arrived faster than the configuration served them{seeds}, "
+        "so the queue grew through the run (the last tenth of requests, by arrival, waited more than four "
+        "times as long for a first step as the first tenth, and over a second longer), kvsim run's rule: "
+        f"{QUEUE_WAIT_COUNTS}; lower the rate or {LOWER_THE_RATE}"
     )
 
 
 __all__ = [
     "COUNT_CEILING",
+    "LOWER_THE_RATE",
     "MIN_RATE_ARRIVALS",
     "NEED_SPANS",
     "ONE_REQUEST_NOTE",
+    "QUEUE_WAIT_COUNTS",
     "STARTS_EMPTY",
     "STEADY_SPANS",
     "fmt_need",
@@ -365,6 +475,7 @@ __all__ = [
     "queue_growth",
     "short_of_steady",
     "steady_requests",
+    "sweep_overloaded_note",
     "sweep_too_short_note",
     "too_short",
     "too_short_note",

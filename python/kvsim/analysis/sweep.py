@@ -278,19 +278,22 @@ def steady_columns(result: Any, workload: Any) -> dict[str, Any]:
     `kvsim run`'s note counts them (`steady_state.steady_requests` at `run_report.note_rate`'s rate: the
     workload's own, else the observed one; at most `steady_state.COUNT_CEILING`, 2**53, a floor past it);
     None where none finished (the span 0 where one did), arrivals came at
-    once, or no rate can be told."""
+    once, or no rate can be told; and `overloaded`, whether its queue grew through the run
+    (`steady_state.queue_growth`, the rule of `kvsim run`'s "overloaded" note), which `kvsim sweep`'s note
+    names (`steady_state.sweep_overloaded_note`)."""
     from kvsim.analysis.run_report import note_rate
-    from kvsim.analysis.steady_state import steady_requests, warmup
+    from kvsim.analysis.steady_state import queue_growth, steady_requests, warmup
 
+    overloaded = queue_growth(result) is not None
     w = warmup(result)
     if w is None:
         # (one finished request: its arrival spans 0 s, so the sweep's note names the point, no rate)
         one = int(result.summary.get("completed") or 0) == 1
-        return {"arrival_span_s": 0.0 if one else None, "steady_requests": None}
+        return {"arrival_span_s": 0.0 if one else None, "steady_requests": None, "overloaded": overloaded}
     finished, span, e2e = w
     rate = note_rate(workload, finished, arrival_rate(finished, span))
     need = None if rate is None or span <= 0 else steady_requests(e2e, rate[0], finished, span)
-    return {"arrival_span_s": span, "steady_requests": need}
+    return {"arrival_span_s": span, "steady_requests": need, "overloaded": overloaded}
 
 
 def _plain(v: Any) -> Any:

@@ -622,11 +622,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if note is not None:
             print(f"note: {note}")
     if outcome.frame.height:
-        from kvsim.analysis.steady_state import sweep_too_short_note
+        from kvsim.analysis.steady_state import sweep_overloaded_note, sweep_too_short_note
 
-        short = sweep_too_short_note(outcome.frame, point_axes(outcome.frame, spec.grid))
-        if short is not None:  # (kvsim run's steady-state rule, once for the sweep)
-            print(f"note: {short}")
+        axes = point_axes(outcome.frame, spec.grid)
+        # (kvsim run's steady-state rules, once for the sweep: overloaded, then too short)
+        for note in (sweep_overloaded_note(outcome.frame, axes), sweep_too_short_note(outcome.frame, axes)):
+            if note is not None:
+                print(f"note: {note}")
         staged = transport_note(outcome.frame)
         if staged is not None:
             print(f"note: {staged}")

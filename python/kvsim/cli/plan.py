@@ -587,7 +587,7 @@ def _split(
         f"fleets: replicas of {fmt_count(result.gpus_per_replica, 'GPU')} each, router {config.router}, at most "
         f"{result.max_gpus} GPUs; P=<p>: the fewest decode replicas with p prefill replicas, searched up to "
         "'most' (the GPUs left, the fewest found at a smaller P, and only splits cheaper than the best so "
-        "far: above-cap there means no cheaper split at that P); req/s per GPU: the target rate over the GPUs"
+        "far: above-cap there means no cheaper split at that P, all-rejected that every probe rejected every request); req/s per GPU: the target rate over the GPUs"
         + ("; 95% CI: each SLO's interval at the answer's probe" if cis else "")
         + (
             "; bound vs CI: whether a bound lies inside the interval at the answer or at the failing probe next "
