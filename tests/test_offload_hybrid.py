@@ -493,11 +493,11 @@ def _livelock_case() -> tuple[Workload, kvsim.SimConfig]:
 def test_a_run_that_livelocks_as_vllm_would_says_so(backend):
     w, cfg = _livelock_case()
     with pytest.raises(
-        InvalidArgumentError, match=r"the run livelocks at 136015900000 ps: requests preempt one another"
+        InvalidArgumentError, match=r"the run livelocks at 150019700000 ps: requests preempt one another"
     ):
         kvsim.simulate(w, cfg, backend=backend)
     # (and a fleet with such a replica, a stream: the same words)
-    with pytest.raises(InvalidArgumentError, match=r"the run livelocks at 136015900000 ps"):
+    with pytest.raises(InvalidArgumentError, match=r"the run livelocks at 150019700000 ps"):
         kvsim.simulate_cluster(w, cfg, replicas=1, backend=backend)
     assert kvsim.simulate(w, cfg.replace(kv_offloading_chunks=0), backend=backend).summary[
         "completed"

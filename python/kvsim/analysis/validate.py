@@ -490,7 +490,7 @@ def why_not(results: dict[str, Any]) -> list[str]:
         e = run.engine
         lines.append(
             f"- **{name}**: {', '.join(missed)}. kvsim's tokens come {abs(gap):.1f} ms "
-            f"{'closer' if gap > 0 else 'further'} together than measured (ITL mean {sim['metrics']['itl_mean'] * 1e3:.1f} ms "
+            f"{'closer together' if gap > 0 else 'further apart'} than measured (ITL mean {sim['metrics']['itl_mean'] * 1e3:.1f} ms "
             f"against {meas['itl_mean'] * 1e3:.1f} ms). kvsim's decode step of {cfg.max_num_seqs} sequences at "
             f"{context:,} tokens (the run's mean prompt and half its mean output) takes {b['step']:.1f} ms: {parts} "
             "ms. The calibration fitted one GPU's dense projections and attention (Llama-3.1-8B's profile): "

@@ -20,7 +20,7 @@ from kvsim.model.units import fmt_count
 from kvsim.reference.cpu_tier import MISS, PENDING, CpuTier
 from kvsim.reference.engine.admission import NEVER, SKIP
 from kvsim.reference.engine.job import Job
-from kvsim.reference.engine.livelock import LivelockWatch
+from kvsim.reference.engine.livelock import LivelockWatch, livelock_error
 from kvsim.reference.engine.offload_hybrid import HybridTier
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
@@ -466,6 +466,37 @@ class Offload(HybridTier, State):
         if num_new > budget:
             return 0, True
         return num_new, False
+
+    def watch_livelock(self, s: Seq) -> None:
+        """Before `s`'s preemption for recomputation (a hybrid pool with a CPU tier or a decode replica's
+        connector): the engine's state (`s` and its computed tokens, the free blocks, each running
+        request's computed tokens and each held one's and whether its load landed, in order; the transfers
+        in flight, each one's request, time left and observations to wait, in sorted order; the time until
+        each link is free; the tier's occupancy) noted; raises if the run livelocks (Rust
+        `watch_livelock`)."""
+        t, observed = self.t, self.num_observed
+        jobs = sorted(
+            (int(load), j.seq.idx, max(j.end - t, 0), j.avail - observed)
+            for load, queue in ((True, self.loads), (False, self.stores))
+            for j in queue
+        )
+        state = (
+            s.idx,
+            s.num_computed,
+            self.hkv.num_free_blocks,
+            len(self.running),
+            *(v for r in self.running for v in (r.idx, r.num_computed)),
+            len(self.held),
+            *(v for h in self.held for v in (h.idx, h.num_computed, int(h.loaded))),
+            len(jobs),
+            *(v for job in jobs for v in job),
+            max(self.load_free - t, 0),
+            max(self.store_free - t, 0),
+            max(self.pd_free - t, 0),
+            self.tier.used if self.tier is not None else 0,
+        )
+        if self.livelock.note((self.sampled, self.num_rejected), state):
+            raise livelock_error(self.t)
 
     def land(self, s: Seq) -> None:
         """A held request's load is observed complete: its blocks take their keys; a load of the whole

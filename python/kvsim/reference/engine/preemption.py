@@ -4,7 +4,6 @@ sample by sample), a group's room, swapping back in and the swap-in phase."""
 
 from __future__ import annotations
 
-from kvsim.reference.engine.livelock import livelock_error
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
 
@@ -88,23 +87,6 @@ class Preemption(State):
         s.num_computed = 0
         s.decoding = False
         self.waiting.appendleft(s)
-
-    def watch_livelock(self, s: Seq) -> None:
-        """Before `s`'s preemption for recomputation (a hybrid pool with a CPU tier or a decode replica's
-        connector): the scheduler's state (`s` and its computed tokens, the free blocks, each running
-        request's computed tokens and each held one's and whether its load landed, in order) noted; raises
-        if the run livelocks (Rust `watch_livelock`)."""
-        state = (
-            s.idx,
-            s.num_computed,
-            self.hkv.num_free_blocks,
-            len(self.running),
-            *(v for r in self.running for v in (r.idx, r.num_computed)),
-            len(self.held),
-            *(v for h in self.held for v in (h.idx, h.num_computed, int(h.loaded))),
-        )
-        if self.livelock.note((self.sampled, self.num_rejected), state):
-            raise livelock_error(self.t)
 
     def group_need(self, unit: list[Seq]) -> int:
         """Blocks a group's members pop to add their next token each, in order: a new block at a block
