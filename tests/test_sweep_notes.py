@@ -221,8 +221,8 @@ def test_a_sweep_over_rates_past_capacity_names_its_overloaded_points_as_kvsim_r
     lines = capsys.readouterr().out.splitlines()
     (note,) = [x for x in lines if x.startswith(OVERLOADED)]
     assert note.startswith(
-        "note: overloaded at 1 of the sweep's 2 points: workload=sharegpt:arrival_rate=16.0 "
-        "workload.arrival_rate=16.0 (arrived at 16.7 requests/s, served at 3.79/s): "
+        "note: overloaded at 1 of the sweep's 2 points: workload.arrival_rate=16.0 (arrived at 16.7 "
+        "requests/s, served at 3.79/s): "
     )
     assert "arrival_rate=1.0" not in note
     assert not [x for x in lines if x.startswith(STEADY)]  # (the point at 1 req/s is long enough)

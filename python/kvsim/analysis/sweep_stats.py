@@ -82,13 +82,20 @@ beside the grid's when they differ between points."""
 
 def point_axes(frame: pl.DataFrame, grid: Iterable[str] | None = None) -> list[str]:
     """The columns that tell a sweep's points apart as its table and its notes name them (`kvsim sweep`'s
-    table, `kvsim.analysis.steady_state.sweep_too_short_note`): the `grid`'s names and, if several
-    workloads (or no grid name is a column), the workload, then the derived axes that vary. Without a
+    table, `kvsim.analysis.steady_state.sweep_too_short_note`): the `grid`'s names and, if the workloads
+    differ beyond the grid's workload parameters (or no grid name is a column), the workload, then the
+    derived axes that vary. Without a
     `grid` (a frame read back with no sweep file): the parameter columns that vary."""
     if grid is None:
         return [c for c in parameter_columns(frame) if frame[c].n_unique() > 1]
     axes = [c for c in grid if c in frame.columns]
-    if frame["workload"].n_unique() > 1 or not axes:
+    # The workload's name, where it tells points apart that the grid's workload parameters do not (a grid
+    # over `workload.arrival_rate` names each point's workload by its rate: the column would repeat it).
+    own = [c for c in axes if c.startswith("workload.")]
+    named_apart = frame.select(["workload", *own]).unique().height > (
+        frame.select(own).unique().height if own else 1
+    )
+    if named_apart or not axes:
         axes = ["workload", *axes]
     axes += [c for c in DERIVED_AXES if c in frame.columns and c not in axes and frame[c].n_unique() > 1]
     return axes
