@@ -125,3 +125,15 @@ def test_a_probe_with_no_value_is_counted_not_drawn(tmp_path):
     xs = sorted(float(x) for c in drawn for x, _ in c.get_offsets() if x == x)
     assert 40.0 not in xs
     fig.savefig(tmp_path / "partial.png")
+
+
+def test_a_probe_that_served_nothing_is_not_judged_steady(capsys):
+    """adv47 B5: a probe with completed 0 was `"steady": true` in --json (and would be drawn filled, a
+    steady state); nothing was measured, so it is null, and the plot does not draw it as steady."""
+    assert main([*BASE, "--slo", "ttft_p99:2s", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["probes"]
+    for p in data["probes"]:
+        assert p["completed"] == 0
+        assert p["steady"] is None
+    assert data["steady"] is None
