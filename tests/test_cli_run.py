@@ -1574,7 +1574,7 @@ SWEEP = ["sweep", "--requests", "5", "--no-progress", "--workers", "1", "--no-re
 )
 def test_plan_and_sweep_refuse_a_flag_that_does_nothing_at_any_point(capsys, tmp_path, flags, base, said):
     """`kvsim plan` and `kvsim sweep` accepted the flags `kvsim run` refuses (exit 0, the search or the
-    grid run with the knob unread): the same rule (`kvsim.cli.run.refuse_idle_at_every_point`) refuses
+    grid run with the knob unread): the same rule (`kvsim.cli.refusals.refuse_idle_at_every_point`) refuses
     them there, by the flag or the base field given, before any probe or point runs."""
     model = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
     assert main([*PLAN, *model, *flags]) == 2
