@@ -369,6 +369,29 @@ def test_a_stretch_past_the_clock_blames_its_flag(capsys, flag, value, said):
     assert "rebase" not in line
 
 
+def test_a_generated_workloads_rate_past_the_clock_names_its_parameter(capsys, tmp_path):
+    """adv47 B4: `--grid workload.arrival_rate=1e-300` (and `sharegpt:arrival_rate=1e-300` in kvsim run)
+    was refused as a trace's "row 1: arrival 8.03e+299 s is past the simulated clock's range ...: rebase
+    the timestamps to the first request", naming no field; the generator now refuses it by its parameter,
+    with a way out for a generated workload, and the spacing of turns likewise by `turn_interval`."""
+    run = ["run", "--num-gpu-blocks-override", "500", "--requests", "20"]
+    line = _error(capsys, [*run, "--workload", "sharegpt:arrival_rate=1e-300"])
+    assert line.startswith("kvsim run: error: argument --workload: "), line
+    assert "arrival_rate 1e-300 requests/s puts the last arrival at " in line
+    assert "past the simulated clock's range" in line
+    assert line.endswith("give a higher arrival_rate, or fewer requests")
+    assert "rebase" not in line
+    sweep = ["sweep", "--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--requests", "20"]
+    sweep += ["--no-progress", "--no-resume", "--output", str(tmp_path / "h.parquet")]
+    line = _error(capsys, [*sweep, "--grid", "workload.arrival_rate=1e-300"])
+    assert line.startswith("kvsim sweep: error: grid workload.arrival_rate=1e-300: "), line
+    assert "arrival_rate 1e-300 requests/s puts the last arrival at " in line
+    assert "rebase" not in line
+    line = _error(capsys, [*run, "--workload", "sharegpt:turns=4,turn_interval=1e300"])
+    assert "turn_interval 1e+300 s over 4 turns puts the last arrival at " in line
+    assert line.endswith("give a shorter turn_interval, or fewer turns")
+
+
 def test_a_trace_column_mapped_twice_is_refused(capsys, tmp_path):
     """`arrival=ts2,arrival=ts_ms` read the last mapping silently."""
     path = _trace_file(tmp_path, ".csv")
@@ -1574,7 +1597,7 @@ SWEEP = ["sweep", "--requests", "5", "--no-progress", "--workers", "1", "--no-re
 )
 def test_plan_and_sweep_refuse_a_flag_that_does_nothing_at_any_point(capsys, tmp_path, flags, base, said):
     """`kvsim plan` and `kvsim sweep` accepted the flags `kvsim run` refuses (exit 0, the search or the
-    grid run with the knob unread): the same rule (`kvsim.cli.run.refuse_idle_at_every_point`) refuses
+    grid run with the knob unread): the same rule (`kvsim.cli.refusals.refuse_idle_at_every_point`) refuses
     them there, by the flag or the base field given, before any probe or point runs."""
     model = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
     assert main([*PLAN, *model, *flags]) == 2

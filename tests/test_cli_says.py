@@ -418,7 +418,7 @@ def test_a_compare_whose_best_candidates_tie_says_so(capsys):
 def test_a_smallest_kv_cache_search_probes_no_cache_the_gpu_cannot_hold(capsys):
     """--smallest kv_cache_bytes on a GPU: its default cap (64 x the config's own) reached caches that do
     not fit beside the weights; refused, they counted as failures above passing sizes ("NOT MONOTONE").
-    The cap is now what the GPU holds (`kvsim.plan.smallest_memory`'s `high` above it is refused, below)."""
+    The cap is now what the GPU holds (`kvsim.analysis.plan_smallest.smallest_memory`'s `high` above it is refused, below)."""
     argv = ["plan", "--model", "opt-13b", "--gpu", "a100-40gb", "--workload", "sharegpt", "--workers", "2"]
     argv += ["--requests", "300", "--slo", "ttft_p99:2s", "--smallest", "kv_cache_bytes", "--rate", "2.5"]
     assert main(argv) == 0

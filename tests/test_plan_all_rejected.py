@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 
-from kvsim.analysis.plan_search import STATUSES
+from kvsim.analysis.plan_search import STATUSES, PlanResult
+from kvsim.analysis.plan_slo import SLO
 from kvsim.cli import main
 
 BASE = ["plan", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--workers", "1", "--requests", "20"]
@@ -78,3 +80,60 @@ def test_the_status_is_all_rejected_in_json_compare_and_split(capsys):
     assert "20 of 20 requests set aside" in out
     assert "judged on the rest" not in out
     assert "no request is left to judge the SLOs on" in out
+
+
+def test_a_plan_that_served_nothing_draws_a_panel_saying_so(capsys, tmp_path):
+    """adv47 B1: `--plot` of an all-rejected plan raised at savefig (a log x axis over probes with no
+    value: matplotlib's "Data cannot be log-scaled"), alone and with `--compare`; it now saves a figure
+    whose panel says no request was served, and exits 0."""
+    from PIL import Image
+
+    for extra in ([], ["--compare", "max_num_seqs=8,16"]):
+        path = tmp_path / f"p{len(extra)}.png"
+        assert main([*BASE, "--slo", "ttft_p99:2s", *extra, "--plot", str(path)]) == 0
+        assert f"plot: {path}" in capsys.readouterr().out
+        with Image.open(path) as im:
+            assert im.size[0] > 100
+    # The panel itself, from a result whose probes served none over a rate span past 20x (the log axis):
+    slo = SLO("ttft_p99", 2.0)
+    probes = pl.DataFrame({"round": [0, 1, 2], "rate": [0.1, 2.0, 40.0], "passed": [False] * 3,
+                           "ttft_p99": [None, None, None], "completed": [0, 0, 0], "rejected": [20, 20, 20],
+                           "steady": [None, None, None]}, schema_overrides={"ttft_p99": pl.Float64,
+                           "steady": pl.Boolean})  # fmt: skip
+    res = PlanResult("rate", None, (None, 0.1), 0.02, "all-rejected", (slo,), probes)
+    fig = res.figure()
+    (ax,) = fig.get_axes()
+    text = " ".join(" ".join(t.get_text().split()) for t in ax.texts)
+    assert "no request was served at any of the 3 probes (all-rejected)" in text
+    assert "no request served at any rate probed (all-rejected)" in " ".join(ax.get_title().split())
+    fig.savefig(tmp_path / "direct.png")  # (where the log axis raised)
+
+
+def test_a_probe_with_no_value_is_counted_not_drawn(tmp_path):
+    """adv47 B1/B5: beside probes that served requests, one that served none (its metric and `steady` None)
+    is not drawn as a steady state: it is left out of the markers and counted in the legend."""
+    slo = SLO("ttft_p99", 2.0)
+    probes = pl.DataFrame({"round": [0, 1, 2], "rate": [0.1, 2.0, 40.0], "passed": [True, True, False],
+                           "ttft_p99": [0.5, 1.0, None], "completed": [20, 20, 0], "rejected": [0, 0, 20],
+                           "steady": [True, False, None]})  # fmt: skip
+    res = PlanResult("rate", 2.0, (2.0, 40.0), 0.02, "converged", (slo,), probes)
+    fig = res.figure()
+    (ax,) = fig.get_axes()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "not drawn: 1 probe with no ttft_p99 (no request served)" in labels
+    drawn = [c for c in ax.collections if len(c.get_offsets())]
+    xs = sorted(float(x) for c in drawn for x, _ in c.get_offsets() if x == x)
+    assert 40.0 not in xs
+    fig.savefig(tmp_path / "partial.png")
+
+
+def test_a_probe_that_served_nothing_is_not_judged_steady(capsys):
+    """adv47 B5: a probe with completed 0 was `"steady": true` in --json (and would be drawn filled, a
+    steady state); nothing was measured, so it is null, and the plot does not draw it as steady."""
+    assert main([*BASE, "--slo", "ttft_p99:2s", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["probes"]
+    for p in data["probes"]:
+        assert p["completed"] == 0
+        assert p["steady"] is None
+    assert data["steady"] is None

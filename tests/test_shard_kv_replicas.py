@@ -1,7 +1,7 @@
 """One GPU's K and V projection weights past as many GPUs as KV heads: vLLM 0.33.0's `QKVParallelLinear`
 (`vllm/model_executor/layers/linear.py`) gives each rank `max(1, num_kv_heads // tp)` KV heads, replicating
 each head's K and V rows over `tp // num_kv_heads` ranks (`num_kv_head_replicas`), so a GPU holds
-1 / min(tp, kv_heads) of a layer's K/V rows, not 1 / tp (`kvsim.model.params.kv_share`; DESIGN.md §Defaults
+1 / min(tp, kv_heads) of a layer's K/V rows, not 1 / tp (`kvsim.model.breakdown.kv_share`; DESIGN.md §Defaults
 and sizing, "Tensor parallelism"). The sizing (`kvsim.model.shard.shard`) and the roofline (`dense_mem`)
 both follow; at tp <= KV heads nothing changes."""
 

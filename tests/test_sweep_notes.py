@@ -271,3 +271,29 @@ def test_the_overloaded_note_names_points_by_seed_and_old_rows_get_none():
         sweep_overloaded_note(frame, shown=0)
     with pytest.raises(InvalidArgumentError, match="axes"):
         sweep_overloaded_note(frame, ["nope"])
+
+
+def test_a_point_overloaded_in_one_seed_is_not_also_named_too_short(capsys, tmp_path):
+    """adv47 B2: seed 0 of each point overloaded, seeds 1-3 not (200 requests at 3.8 and 4.2 req/s, 4
+    seeds): the overloaded note names both points, a point being overloaded when one seed is, and the
+    too-short note named them again from their other seeds, with more --requests as the way out (which
+    only lengthens an overloaded run's queue). Both notes now judge per point: the too-short note leaves
+    out every point with an overloaded seed."""
+    out = tmp_path / "s.parquet"
+    argv = ["sweep", "--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=12GiB"]
+    argv += ["--grid", "workload.arrival_rate=3.8,4.2", "--requests", "200", "--seeds", "4"]
+    assert main([*argv, "--output", str(out), "--no-progress", "--no-resume"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (note,) = [x for x in lines if x.startswith(OVERLOADED)]
+    assert note.startswith("note: overloaded at 2 of the sweep's 2 points: ")
+    assert not [x for x in lines if x.startswith(STEADY)]
+    frame = pl.read_parquet(out)
+    # (the case itself: per point, an overloaded seed and others not, some of those too short)
+    for _, g in frame.group_by("workload.arrival_rate"):
+        assert g["overloaded"].any()
+        calm = g.filter(~pl.col("overloaded"))
+        assert calm.height
+        assert (calm["arrival_span_s"] < STEADY_SPANS * calm["e2e_s_p99"]).any()
+    # A point whose seeds are all calm is still judged by its rows.
+    calm = frame.filter(~pl.col("overloaded"))
+    assert (sweep_too_short_note(calm) or "").startswith("not a steady state at 2 of the sweep's 2 points: ")

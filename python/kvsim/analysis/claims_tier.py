@@ -5,7 +5,7 @@ and a fleet of 4 behind its routers with and without tiers.
 
 `kvsim.analysis.claims` runs these experiments with the others; the rows land in
 `results/claims/tier-mooncake.parquet` and `tier-fleet-mooncake.parquet`, which
-`kvsim.analysis.plots_tier.draw_tier` reads.
+`kvsim.analysis.plots_tier` draws (`draw_tier_hits`, `draw_tier_ttft`).
 """
 
 from __future__ import annotations

@@ -140,7 +140,8 @@ def probe_summary(result: Any) -> dict[str, Any]:
     (`kvsim.analysis.steady_state.queue_growth`, the rule of `kvsim run`'s "overloaded" note), so that a
     probe passing there passed as a burst the run ended on (`PlanResult.burst`); `steady`, False when
     overloaded or when its arrivals lasted less than `steady_state.STEADY_SPANS` times its requests' e2e p99
-    (`steady_state.too_short`: the run ended before its engine filled to the rate's steady load); and
+    (`steady_state.too_short`: the run ended before its engine filled to the rate's steady load), None when
+    the run served no request (every one rejected: nothing was measured to judge); and
     `arrival_span_s`, the span of its finished requests' arrivals, which the answer's caveat quotes with
     the summary's `e2e_s_p99` (`PlanResult.steady_caveat`); `quantile_ci`, each latency percentile's
     (`ttft_s_p99`, ...) 95 % interval `[low, high]` from the requests it was taken over
@@ -166,7 +167,9 @@ def probe_summary(result: Any) -> dict[str, Any]:
     summary["mean_ci"] = {f"{name}_mean": list(mean_interval(v)) for name, v in values.items()}
     overloaded = queue_growth(result) is not None
     summary["overloaded"] = overloaded
-    summary["steady"] = not overloaded and too_short(result) is None
+    # (a run that served no request measured nothing: not judged, None, as for a probe without the key)
+    served = summary.get("completed") != 0
+    summary["steady"] = (not overloaded and too_short(result) is None) if served else None
     w = warmup(result)
     summary["arrival_span_s"] = None if w is None else w[1]
     return summary
@@ -533,8 +536,8 @@ def _search(
                     # search, "Sampling")
                     row.update(fraction_columns(values["goodput_fraction"], summary["num_requests"] - aside))
                 row["outside_ci"] = bound_outside_ci(row, slos, failed_by_rejection=not rejections_ok)
-                if summary.get("steady") is not None:  # (kvsim's probes: `probe_summary`)
-                    row["steady"] = bool(summary["steady"])
+                if "steady" in summary:  # (kvsim's probes: `probe_summary`; None where nothing was served)
+                    row["steady"] = None if summary["steady"] is None else bool(summary["steady"])
                     row["arrival_span_s"] = summary.get("arrival_span_s")
                     row["e2e_s_p99"] = summary.get("e2e_s_p99")
                 row["wall_s"] = wall

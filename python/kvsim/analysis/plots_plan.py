@@ -22,7 +22,9 @@ def plan_finding(result: Any) -> str:
     line for each caveat its text carries (not a steady state, a verdict resting on the sample)."""
     lo, hi = result.bracket
     fmt = result._fmt
-    if result.value is None:
+    if result.status == "all-rejected":  # (no SLO was judged: not "no value met them")
+        head = f"no request served at any {result.axis} probed ({result.status})"
+    elif result.value is None:
         head = f"no {result.axis} met the SLOs ({result.status})"
     elif result.axis == "rate":
         head = f"knee {fmt(result.value)}: highest passing rate ({fmt(hi)} fails; {result.status})"
@@ -46,7 +48,9 @@ def plan_finding(result: Any) -> str:
 def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
     """One SLO metric of a capacity search against its axis: passing probes as dots, failing ones as
     crosses, filled where the probe's run was a steady state and hollow where it was not (its `steady`,
-    `kvsim.analysis.plan.probe_summary`: overloaded or too short; one legend entry counts each), each probe's 95 % interval of the metric as a vertical bar where kvsim's probes give one
+    `kvsim.analysis.plan.probe_summary`: overloaded or too short; one legend entry counts each), a probe
+    with no value of the metric (one that served no request, its `steady` None) not drawn but counted in
+    the legend, and a panel that says so where no probe has a value (status `all-rejected`), each probe's 95 % interval of the metric as a vertical bar where kvsim's probes give one
     (`plan_sampling.interval`: a percentile's, a mean's, a goodput fraction's; DESIGN.md §Capacity search,
     "Sampling"), an end too few requests give drawn as an open triangle past the estimate, the bound as a
     dashed line, the answer as a vertical line (the knee of a rate search)."""
@@ -58,7 +62,18 @@ def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
         _empty(ax, title, "no probes")
         return
     xs = probes[result.axis].to_list()
-    ys = probes[slo.metric].to_list()
+    ys: list[Any] = probes[slo.metric].to_list() if slo.metric in probes.columns else [None] * len(xs)
+    if all(y is None for y in ys):
+        # (nothing measured to draw: every probe rejected every request, status all-rejected, or gave no
+        # value of this metric; a log axis over no positive value also made matplotlib raise at savefig)
+        why = (
+            f"no request was served at any of the {len(xs)} probes ({result.status}): "
+            "every request was rejected, so no SLO can be judged"
+            if result.status == "all-rejected"
+            else f"no probe gave a value of {slo.metric}"
+        )
+        _empty(ax, f"{title}\n{plan_finding(result)}", why)
+        return
     ok = probes["passed"].to_list()
     # (kvsim's probes say whether their run was a steady state, `plan.probe_summary`; other probes do not)
     steady = probes["steady"].to_list() if "steady" in probes.columns else [None] * len(xs)
@@ -69,13 +84,22 @@ def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
         (False, FAIL_COLOR, "X", 64, 1.1, "probe fails (some SLO)"),
     ):
         for hollow in (False, True):
-            at = [i for i in range(len(xs)) if ok[i] is passed and (steady[i] is False) is hollow]
+            at = [
+                i
+                for i, y in enumerate(ys)
+                if y is not None and ok[i] is passed and (steady[i] is False) is hollow
+            ]
             if not at and hollow:
                 continue
             ax.scatter([xs[i] for i in at], [ys[i] for i in at], marker=marker, s=size, zorder=3,
                        facecolors="none" if hollow else color, edgecolors=color, linewidths=edge if hollow else 0,
                        label="_nolegend_" if hollow else label)  # fmt: skip
     unsteady = [i for i in range(len(xs)) if steady[i] is False]
+    unmeasured = sum(1 for y in ys if y is None)
+    if unmeasured:
+        # (a probe with no value, such as one that served no request, `steady` None: not drawn, counted)
+        ax.scatter([], [], marker="", label=f"not drawn: {unmeasured} probe{'s' if unmeasured > 1 else ''} "
+                   f"with no {slo.metric} (no request served)")  # fmt: skip
     if unsteady:
         over = probes["overloaded"].to_list() if "overloaded" in probes.columns else [None] * len(xs)
         n_over = sum(1 for i in unsteady if over[i])

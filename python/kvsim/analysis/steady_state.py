@@ -340,9 +340,9 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
     first `shown`, then how many more), with how long their arrivals lasted against their e2e p99, why that is
     no steady state, and the most requests one of them needs (the rows' `steady_requests`, kvsim run's
     count, `kvsim.analysis.sweep.steady_columns`; past `plan_sampling.SETTLE_CAP` given as more than that;
-    left out where no rate can be told). A row that was overloaded (its `overloaded`, `queue_growth`) is
-    not judged here, as `kvsim run` gives an overloaded run that note only: `sweep_overloaded_note` names
-    it. None when no row is too short, or rows lack the columns (a sweep file written before they were
+    left out where no rate can be told). A point one of whose seeds' runs was overloaded (its row's
+    `overloaded`, `queue_growth`) is not judged here, whatever its other seeds, as `kvsim run` gives an
+    overloaded run that note only: `sweep_overloaded_note` names it, by the same rule per point. None when no row is too short, or rows lack the columns (a sweep file written before they were
     kept).
 
     Raises:
@@ -359,7 +359,20 @@ def sweep_too_short_note(frame: Any, axes: Sequence[str] | None = None, shown: i
         return None
     rows = frame.filter(pl.col("arrival_span_s").is_not_null() & pl.col("e2e_s_p99").is_not_null())
     if "overloaded" in rows.columns:  # (its note says it is no steady state at any length)
-        rows = rows.filter(~pl.col("overloaded").fill_null(False))
+        # Per point, as `sweep_overloaded_note` judges: a point one of whose seeds was overloaded is that
+        # note's alone, its other seeds too (until 2026-12-07 only the overloaded rows were left out, and a
+        # point named overloaded was named too short as well, with more --requests as the way out).
+        from kvsim.analysis.sweep_stats import parameter_columns
+
+        params = parameter_columns(frame)
+        over = frame.filter(pl.col("overloaded").fill_null(False))
+        gone = {tuple(r[c] for c in params) for r in over.iter_rows(named=True)}
+        rows = rows.filter(
+            pl.Series(
+                [tuple(r[c] for c in params) not in gone for r in rows.iter_rows(named=True)],
+                dtype=pl.Boolean,
+            )
+        )
     short = [r for r in rows.iter_rows(named=True) if short_of_steady(r["arrival_span_s"], r["e2e_s_p99"])]
     if not short:
         return None

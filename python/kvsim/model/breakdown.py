@@ -2,7 +2,8 @@
 shape, named as vLLM names their module) and `Breakdown` (the groups, the loose parameters, the MoE
 shape, and the parts tensor parallelism keeps whole), with `kv_share`, the GPUs a KV head's rows are
 split over. `kvsim.model.params` builds them from a config (`param_breakdown`; its docstring describes
-the groups and the matrices built whole) and re-exports these names, their documented path; the
+the groups and the matrices built whole) and re-exports `GROUPS`, `LAYERS_PREFIX`, `Matrix` and
+`Breakdown`, their documented path (`kv_share` and `WHOLE_GROUPS` live here only); the
 quantization formats (`kvsim.model.quant_format`, `kvsim.model.quant`) price them.
 """
 

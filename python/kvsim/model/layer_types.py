@@ -1,7 +1,10 @@
 """The types of a model's layers as vLLM's KV-cache manager sees them (`Layer`, `MambaState`, the kinds
 `LAYER_KINDS`) and of the KV-cache groups vLLM forms from them (`KVGroup`, `KVLayout`), with the bounds
 they check. `kvsim.model.layers` forms the groups (`kv_layout`; DeepSeek-V4's in `kvsim.model.layers_dsv4`)
-and re-exports these names, their documented path; its docstring describes each kind.
+and re-exports the types, the kinds and their bounds, their documented path; its docstring describes
+each kind. The DeepSeek-V4 constants (`DSV4_RATIOS`, `DSV4_ENTRY_BYTES`, `DSV4_ALIGNMENT`,
+`DSV4_SWA_BLOCK`, `DSV4_BLOCK`) live here only, read by `kvsim.model.layers_dsv4` and
+`kvsim.model.hf_sparse`.
 """
 
 from __future__ import annotations

@@ -341,7 +341,7 @@ def replicated(m: Model) -> tuple[int, int]:
 
 def replicated_kv(m: Model, tp: int) -> tuple[int, int, int, int]:
     """The K/V rows of `m`'s attention layers vLLM 0.33.0 replicates over `tp` GPUs (layers of fewer KV heads
-    than GPUs: `kvsim.model.params.kv_share`), as loaded: (bytes, parameters) on the whole model, then one
+    than GPUs: `kvsim.model.breakdown.kv_share`), as loaded: (bytes, parameters) on the whole model, then one
     GPU's (`kvsim.model.weights.split_kv`, 1 / kv_heads of each layer's). A model whose weights were repriced
     in a dtype (`Model.with_weight_dtype`) has them in that dtype, as `replicated` does."""
     from kvsim.model.weights import split_kv

@@ -39,7 +39,7 @@ class WeightGroup:
 
 def split_kv(groups: Iterable[WeightGroup], tp: int) -> tuple[int, int, int, int]:
     """Of `groups`' weights split over `tp` GPUs, the K/V rows vLLM 0.33.0 replicates there (the layers of
-    fewer KV heads than `tp`: `kvsim.model.params.kv_share`): their bytes and parameters on the whole model,
+    fewer KV heads than `tp`: `kvsim.model.breakdown.kv_share`): their bytes and parameters on the whole model,
     then one GPU's, 1 / kv_heads of each layer's rather than 1 / tp (rounded up). The one place the sizing
     (`kvsim.model.shard.shard`) and the roofline (`dense_mem`, `dense_flop_tok`) read the rule from."""
     from kvsim.model.breakdown import kv_share

@@ -236,6 +236,30 @@ def _system_prompt_lens(value: Any, count: int) -> np.ndarray:
     return np.array(lens * count if len(lens) == 1 else lens, dtype=np.int64)
 
 
+def _check_clock(
+    arrivals: str, rate: float, starts: Any, arrival: Any, turns: int, turn_interval: Any
+) -> None:
+    """Refuses arrivals past the simulated clock's range (`MAX_TIME_PS`, about 53 days), naming the
+    parameter that put them there: a rate so low that the gaps alone pass it (`arrival_rate`), else the
+    turns' spacing (`turn_interval`). Until 2026-12-07 the engine's input refused such a workload as a
+    trace's ("row N: arrival ... s is past the simulated clock's range: rebase the timestamps"), naming
+    no parameter (`--grid workload.arrival_rate=1e-300`, adv47 B4)."""
+    from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+
+    if not len(arrival) or float(arrival.max()) * PS_PER_S < MAX_TIME_PS:
+        return
+    last = float(arrival.max())
+    if arrivals != "all-at-once" and float(starts.max()) * PS_PER_S >= MAX_TIME_PS:
+        raise InvalidArgumentError(
+            f"arrival_rate {rate:g} requests/s puts the last arrival at {last:.4g} s, past the simulated "
+            "clock's range (about 53 days): give a higher arrival_rate, or fewer requests"
+        )
+    raise InvalidArgumentError(
+        f"turn_interval {float(turn_interval):g} s over {turns} turns puts the last arrival at {last:.4g} s, "
+        "past the simulated clock's range (about 53 days): give a shorter turn_interval, or fewer turns"
+    )
+
+
 def _positive(name: str, value: Any) -> float:
     """`value` as a finite float > 0: a number (numpy's too), not a bool or text."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -510,6 +534,7 @@ def synthetic(
         rng_arrival,
     )
     arrival = starts[conv] + turn * float(turn_interval)
+    _check_clock(arrivals, arrival_rate, starts, arrival, turns, turn_interval)
     message, output = _draw_lengths(lengths, length_params or {}, n, max_model_len, rng_len)
     cap = _max_tokens(max_tokens, output)
 
