@@ -449,8 +449,9 @@ def test_a_fleet_of_hybrid_replicas_with_cpu_tiers_agrees(w, cfg, replicas, rout
 
 
 def _livelock_case() -> tuple[Workload, kvsim.SimConfig]:
-    """Hypothesis's case (shrunk): two samples of one request each compute 80 of their 81 tokens, then
-    need blocks (the 81st's: full attention's, a window's) that the other's load holds; each is preempted,
+    """Hypothesis's case (shrunk): the second request's second sample (52 prompt tokens, 29 generated) and
+    the third request (an 81-token prompt) each compute 80 of their 81 tokens, then need blocks (the
+    81st's: full attention's, a window's) that the other's load holds; each is preempted,
     its stored prefix loaded back, and preempted again one block short, forever. Without the tier no load
     holds blocks and the run ends."""
     prompts = [[(1, 22), (1003, 15)], [(2, 40), (1004, 12)], [(2, 24), (1016, 57)]]
@@ -507,28 +508,33 @@ def test_a_run_that_livelocks_as_vllm_would_says_so(backend):
 def test_a_livelock_the_watch_stops_goes_on_without_a_token(monkeypatch):
     """What the watch stops is a livelock: silenced, the reference engine goes on preempting for 600 more
     preemptions without sampling a token or rejecting a request (the notes' epoch never moves), where a
-    run that only looked stuck would end."""
+    run that only looked stuck would end. (If the watch stopped firing here, the test fails after 10,000
+    preemptions rather than running on.)"""
     from kvsim.reference.engine import livelock
 
     w, cfg = _livelock_case()
-    epochs: list[tuple[int, int]] = []
+    epochs: list[tuple[int, int]] = []  # the epoch at the stop, then at each preemption after it
+    notes = [0]
     note = livelock.LivelockWatch.note
 
     class Enough(Exception):
         pass
 
     def silenced(self, epoch, state):
-        if note(self, epoch, state) and not epochs:
-            epochs.append(epoch)  # where the watch stops the run
-        if epochs and len(epochs) < 600:
+        notes[0] += 1
+        stops = note(self, epoch, state)
+        if epochs:
             epochs.append(epoch)
-        elif epochs:
+        elif stops:
+            epochs.append(epoch)  # where the watch stops the run
+        if len(epochs) > 600 or notes[0] > 10_000:
             raise Enough
         return False
 
     monkeypatch.setattr(livelock.LivelockWatch, "note", silenced)
     with pytest.raises(Enough):
         kvsim.simulate(w, cfg, backend="reference")
+    assert len(epochs) == 601  # (the watch fired, and 600 preemptions followed)
     assert len(set(epochs)) == 1
 
 

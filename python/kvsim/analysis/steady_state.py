@@ -20,6 +20,12 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 from kvsim.workloads.table import arrival_rate
 
+WAIT_RATIO = 4
+"""An overloaded run's last tenth of requests waits more than this many times as long for a first step as
+its first tenth (`queue_growth`)..."""
+WAIT_GAP_S = 1.0
+"""... and more than this many seconds longer."""
+
 
 def queue_growth(result: Any) -> tuple[float, float, float, float] | None:
     """Whether the run was overloaded, its queue growing from its first requests to its last: (offered
@@ -49,7 +55,7 @@ def queue_growth(result: Any) -> tuple[float, float, float, float] | None:
     wait = (req["first_scheduled"] - req["arrival"]).to_numpy()
     tenth = max(1, n // 10)
     first, last = float(wait[:tenth].mean()), float(wait[-tenth:].mean())
-    if not (served < offered and last > 4 * first and last - first > 1.0):
+    if not (served < offered and last > WAIT_RATIO * first and last - first > WAIT_GAP_S):
         return None
     # The queue each request found on arrival: those arrived by then (itself too) less those scheduled.
     arrival = req["arrival"].to_numpy()
@@ -431,7 +437,7 @@ def sweep_overloaded_note(frame: Any, axes: Sequence[str] | None = None, shown: 
     `overloaded`, `kvsim.analysis.sweep.steady_columns`; a point, its parameters whatever the seed, is
     overloaded when one of its seeds' runs is). Names them by `axes`, as `sweep_too_short_note` does (the
     first `shown`, then how many more), each with the rate its finished requests arrived at (their count
-    `completed` over `arrival_span_s`, as `queue_growth` takes it) and the rate it served them at
+    `completed` − 1 over `arrival_span_s`, as `queue_growth` takes it) and the rate it served them at
     (`throughput_rps`), from its seed served the least share of its arrivals; says what their latencies
     measure and the way out, in `kvsim run`'s words. None when no row is overloaded, or rows lack the
     column (a sweep file written before it was kept).
@@ -468,8 +474,9 @@ def sweep_overloaded_note(frame: Any, axes: Sequence[str] | None = None, shown: 
     head, seeds, its = _sweep_frame(frame, points, shown, labels)
     return (
         f"overloaded at {head}: {its} requests arrived faster than the configuration served them{seeds}, "
-        "so the queue grew through the run (the last tenth of requests, by arrival, waited more than four "
-        "times as long for a first step as the first tenth, and over a second longer), kvsim run's rule: "
+        "so the queue grew through the run (the last tenth of requests, by arrival, waited more than "
+        f"{WAIT_RATIO} times as long for a first step as the first tenth, and over {WAIT_GAP_S:g} s longer), "
+        "kvsim run's rule: "
         f"{QUEUE_WAIT_COUNTS}; lower the rate or {LOWER_THE_RATE}"
     )
 

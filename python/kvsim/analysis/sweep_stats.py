@@ -82,7 +82,7 @@ beside the grid's when they differ between points."""
 
 def point_axes(frame: pl.DataFrame, grid: Iterable[str] | None = None) -> list[str]:
     """The columns that tell a sweep's points apart as its table and its notes name them (`kvsim sweep`'s
-    table, `kvsim.analysis.steady_state.sweep_too_short_note`): the `grid`'s names and, if the workloads
+    table, `kvsim.analysis.steady_state.sweep_too_short_note` and `sweep_overloaded_note`): the `grid`'s names and, if the workloads
     differ beyond the grid's workload parameters (or no grid name is a column), the workload, then the
     derived axes that vary. Without a
     `grid` (a frame read back with no sweep file): the parameter columns that vary."""

@@ -1,7 +1,7 @@
 """The byte formats of quantized weights and a checkpoint's `Quantization` (DESIGN.md §Defaults and sizing,
 "Weights"); the methods' parsers are `kvsim.model.quant` and `kvsim.model.quant_modelopt`.
 
-Each weight matrix (`kvsim.model.params.Matrix`, `rows` output x `cols` input features) costs its packed
+Each weight matrix (`kvsim.model.breakdown.Matrix`, `rows` output x `cols` input features) costs its packed
 values plus the scales and zero points vLLM 0.33.0 allocates beside them
 (`vllm/model_executor/layers/quantization/`):
 

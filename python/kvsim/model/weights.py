@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class WeightGroup:
     """One module group's weights on the whole model: parameters, bytes as loaded, and whether its
     matrix multiplications run at the fp8 (or fp4) rate; of them, those vLLM holds whole on every
-    tensor-parallel rank (`whole_params`, `whole_bytes`: `kvsim.model.params.Breakdown.whole_part`); for
+    tensor-parallel rank (`whole_params`, `whole_bytes`: `kvsim.model.breakdown.Breakdown.whole_part`); for
     `other`, the unquantized whole matrices every token multiplies (`gemm_params`, `gemm_bytes`:
     `Breakdown.other_gemm`); of the rest, the K/V rows of the attention layers by their KV head count
     (`kv`: (heads, parameters, bytes) each, `Breakdown.kv_part`), which vLLM replicates past as many GPUs as

@@ -67,7 +67,7 @@ def arrival_rate(n: int, span: float) -> float:
     """The mean rate of `n` arrivals over `span` seconds, the last minus the first: `(n - 1) / span`
     requests per second (n arrivals make n - 1 gaps). A span of 0, every request arriving at once, is a
     batch with no rate: inf; fewer than 2 arrivals have no span to measure: nan. The one home of this rule
-    (`Workload.stats`, `kvsim.analysis.plan.workload_rate`, the steady-state notes of `kvsim run` and
+    (`Workload.describe`, `kvsim.analysis.plan.workload_rate`, the steady-state notes of `kvsim run` and
     `kvsim sweep`, a workload spec's `request_rate`)."""
     if n < 2:
         return math.nan

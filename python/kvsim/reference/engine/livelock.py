@@ -1,7 +1,7 @@
 """A livelock vLLM would loop in (DESIGN.md §CPU tier, "A livelock vLLM would loop in"; the twin of
 `rust/core/src/engine/offload/livelock.rs`): requests of a hybrid model preempt one another forever,
 each resumed from its load and preempted again before anyone samples a token. The engine notes its state at
-each such preemption and stops when one state comes back a fourth time, a load landing between each two."""
+each such preemption and stops when one state comes back `REPEATS` times, a load landing between each two."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ class LivelockWatch:
 def livelock_error(t: int) -> InvalidArgumentError:
     """The error a livelocked run stops with (both engines' words)."""
     return InvalidArgumentError(
-        f"the run livelocks at {t} ps: requests preempt one another and none samples a token (the scheduler "
-        "met the same state at four preemptions, a load landing between each); vLLM 0.33.0's scheduler would "
+        f"the run livelocks at {t} ps: requests preempt one another and none samples a token (the engine met "
+        f"the same state at {REPEATS} preemptions, a load landing between each); vLLM 0.33.0's scheduler would "
         "loop here forever (a load is admitted with blocks reserved only for the prompts still prefilling, "
         "none for a decoding request's next block or a sliding window's, and a held load is not preempted: "
         "DESIGN.md §CPU tier)"

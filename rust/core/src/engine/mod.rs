@@ -99,8 +99,8 @@ pub struct Engine<'a> {
     /// slot (DESIGN.md §CPU tier, "A Mamba group": `StepKeys::hand_off`, `h_offer_states`).
     step_keys: crate::kv_groups::StepKeys,
     num_rejected: u64,
-    /// Tokens sampled by full steps (`finish_step`; lockstep's are not counted): a hybrid pool's livelock
-    /// watch, which only full steps reach, reads whether any was since its last notes.
+    /// Tokens sampled by full steps (`finish_step`; lockstep's are not counted). A hybrid pool never enters
+    /// lockstep, so for its livelock watch (`offload/livelock.rs`) this counts every token its run samples.
     sampled: u64,
     /// Loads and remote transfers admitted, preemptions and rejections so far (each counted as it
     /// happens): a tier's `progress_marks`.

@@ -1,8 +1,8 @@
 //! A livelock vLLM would loop in (DESIGN.md §CPU tier, "A livelock vLLM would loop in"; the twin of
 //! `kvsim.reference.engine.livelock`): requests of a hybrid model preempt one another forever, each
-//! resumed from its load and preempted again before anyone samples a token. The engine notes what the
-//! engine's state at each such preemption and stops when one state comes back a fourth time, a load
-//! landing between each two.
+//! resumed from its load and preempted again before anyone samples a token. The engine notes its state
+//! at each such preemption and stops when one state comes back `REPEATS` times, a load landing between
+//! each two.
 
 use std::collections::HashMap;
 
@@ -115,8 +115,9 @@ impl Engine<'_> {
         ]);
         if tier.watch.note((self.sampled, self.num_rejected), state) {
             self.stop_after_step(format!(
-                "the run livelocks at {} ps: requests preempt one another and none samples a token (the scheduler met the same state at four preemptions, a load landing between each); vLLM 0.33.0's scheduler would loop here forever (a load is admitted with blocks reserved only for the prompts still prefilling, none for a decoding request's next block or a sliding window's, and a held load is not preempted: DESIGN.md §CPU tier)",
-                self.t
+                "the run livelocks at {} ps: requests preempt one another and none samples a token (the engine met the same state at {} preemptions, a load landing between each); vLLM 0.33.0's scheduler would loop here forever (a load is admitted with blocks reserved only for the prompts still prefilling, none for a decoding request's next block or a sliding window's, and a held load is not preempted: DESIGN.md §CPU tier)",
+                self.t,
+                REPEATS
             ));
         }
     }
