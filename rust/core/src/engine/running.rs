@@ -356,7 +356,7 @@ impl Engine<'_> {
             }
             _ => self.running.retain(|&k| !slab[k].retiring),
         }
-        if !self.sends.as_ref().is_some_and(|s| s.hold) && !self.cfg.async_scheduling {
+        if !self.sends.as_ref().is_some_and(|s| s.hold) {
             for &k in &done {
                 self.remove(k);
             }
@@ -382,6 +382,7 @@ impl Engine<'_> {
                     .expect("a finisher in flight is running");
                 self.running.remove(at);
             }
+            // (its slot is taken again only by a later join: this step's `finish_step` still reads `done`)
             self.remove(k);
         }
         self.async_done = done;
