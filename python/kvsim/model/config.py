@@ -176,6 +176,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
     waiting_over_budget: str = default("waiting_over_budget")
     watermark: float = default("watermark")
     watermark_rule: str = default("watermark_rule")
+    async_scheduling: bool = default("async_scheduling")
     append_check: str = default("append_check")
     max_model_len: int | None = default("max_model_len")
     allow_long_max_model_len: bool = default("allow_long_max_model_len")
@@ -544,6 +545,38 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
         object.__setattr__(self, "num_blocks", pool.num_blocks)
         self._check_hybrid()
         self._size_cpu_tier()
+        self._check_async()
+
+    def _check_async(self) -> None:
+        """Refuses `async_scheduling` where kvsim does not model it (DESIGN.md §Engine, "Asynchronous
+        scheduling"): vLLM v0's rules (which it never had), a hybrid model, a CPU tier and a fleet."""
+        if not self.async_scheduling:
+            return
+        what = "async_scheduling True"
+        for knob, v1 in (
+            ("policy", "vllm"),
+            ("preemption", "recompute"),
+            ("sampling", "independent"),
+            ("append_check", "exact"),
+        ):
+            value = getattr(self, knob)
+            if value != v1:
+                raise InvalidArgumentError(
+                    f"{what} takes vLLM v1's rules: {knob} {value!r} does not apply (only {v1!r})"
+                )
+        layout = self.pool.layout
+        if layout is not None and not layout.single_full:
+            name = getattr(self.model, "name", self.model)
+            raise InvalidArgumentError(
+                f"{what} is not modelled for a hybrid model ({name} has {layout.describe()})"
+            )
+        if self.kv_offloading_chunks:
+            raise InvalidArgumentError(f"{what} is not modelled with a CPU tier (kv_offloading_size)")
+        if self.replicas > 1 or self.prefill_replicas:
+            raise InvalidArgumentError(
+                f"{what} is not modelled for a fleet: replicas {self.replicas}, prefill_replicas "
+                f"{self.prefill_replicas} (only one engine)"
+            )
 
     def _check_hybrid(self) -> None:
         """A model whose KV-cache groups are not one full-attention group runs vLLM v1's hybrid manager

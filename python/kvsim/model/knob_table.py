@@ -368,6 +368,14 @@ KNOBS: dict[str, Knob] = {
         "admission, int(watermark x (num_blocks - 1)) blocks)",
         choices=WATERMARK_RULES,
     ),
+    "async_scheduling": Knob(
+        False,
+        "bool",
+        "vLLM's --async-scheduling (vLLM's default is on): a step is scheduled while the one "
+        "before it runs, so a request that arrives during a step joins the step after the next and a finished "
+        "request's seat and blocks are free a step later (DESIGN.md, Engine, Asynchronous scheduling); off: "
+        "vLLM's synchronous scheduling",
+    ),
     "append_check": Knob(
         "exact",
         "choice",

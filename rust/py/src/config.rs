@@ -16,14 +16,14 @@ use pyo3::types::PyDict;
 use std::cell::Cell;
 
 /// The engine's keyword arguments, in the order their values are checked; `skip_over_budget`,
-/// `watermark_while_running` and `one_free_block` default to false, `max_model_len` may be None,
+/// `watermark_while_running`, `one_free_block` and `async_scheduling` default to false, `max_model_len` may be None,
 /// `roofline` (the roofline's coefficients, a dict) is needed by `time_model` "roofline" only,
 /// `kv_groups` (a hybrid model's groups), `scheduler_block_size`, `retention_interval` and `cpu_tier` (the
 /// CPU tier: (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps,
 /// group_link: a hybrid model's (ps_per_block, bytes_per_block) per group, else empty))
 /// are optional;
 /// every other one is required.
-pub(crate) const KNOBS: [&str; 28] = [
+pub(crate) const KNOBS: [&str; 29] = [
     "num_blocks",
     "block_size",
     "policy",
@@ -37,6 +37,7 @@ pub(crate) const KNOBS: [&str; 28] = [
     "watermark_blocks",
     "watermark_while_running",
     "one_free_block",
+    "async_scheduling",
     "max_model_len",
     "time_model",
     "iteration_time_ps",
@@ -317,6 +318,7 @@ pub(crate) fn engine_config(
     let watermark_blocks = k.int("watermark_blocks")?;
     let watermark_while_running = k.flag("watermark_while_running", Some(false))?;
     let one_free_block = k.flag("one_free_block", Some(false))?;
+    let async_scheduling = k.flag("async_scheduling", Some(false))?;
     let max_model_len = k.opt_int("max_model_len")?;
     let time_model = k.text("time_model")?;
     let iteration_time_ps = k.int("iteration_time_ps")?;
@@ -371,6 +373,7 @@ pub(crate) fn engine_config(
             watermark_blocks: u64_arg(watermark_blocks, "watermark_blocks")?,
             watermark_while_running,
             one_free_block,
+            async_scheduling,
             max_model_len: max_model_len
                 .map(|v| u64_arg(v, "max_model_len"))
                 .transpose()?,

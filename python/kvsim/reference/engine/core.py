@@ -111,6 +111,8 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
         self.cpu_used = 0
         self.swap_blocks_step = 0
         self.running: list[Seq] = []
+        self.async_prev = -1
+        self.retiring: list[Seq] = []
         self.planned: list[tuple[Seq, int]] = []  # a rank of a DP group: the step `group_plan` scheduled
         self.init_tier()
         self.c = dict.fromkeys(COUNTERS, 0)
@@ -194,10 +196,13 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
             self.cols[k] = grown
 
     def join_arrivals(self) -> None:
-        """Step part 1: every pushed row with `arrival <= t` joins (or is rejected at arrival)."""
+        """Step part 1: every pushed row with `arrival <= t` joins (or is rejected at arrival); under
+        `async_scheduling`, while a step is in flight, those with `arrival <=` its start (the next step is
+        scheduled then)."""
         seqs, arrivals = self.seqs, self.arrivals
         n = len(seqs)
-        while self.nxt < n and arrivals[self.nxt] <= self.t:
+        limit = self.async_prev if self.async_prev >= 0 else self.t
+        while self.nxt < n and arrivals[self.nxt] <= limit:
             s = seqs[self.nxt]
             self.nxt += 1
             if self.fork_of[s.idx] >= 0:
@@ -230,6 +235,11 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                     raise InternalError(f"no progress at time {self.t} ps")
                 continue
             if idle:
+                if self.async_prev >= 0:
+                    # async_scheduling: nothing left to schedule behind the step in flight (its batch was
+                    # only discarded tokens); the engine waits for it, then takes arrivals up to its end.
+                    self.async_prev = -1
+                    continue
                 if self.finished_last:  # CPU tier: the finished requests' last stores, in a step of their own
                     self.tier_empty_step()
                     continue

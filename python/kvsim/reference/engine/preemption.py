@@ -69,6 +69,15 @@ class Preemption(State):
         recomputation (it goes to the front of the waiting queue and starts over from token 0). A sample
         preempted on its own leaves its group: it comes back as a sequence of its own."""
         s.group = -1
+        if s.done:
+            # async_scheduling: finished in the step in flight, still running in vLLM's eyes: its blocks are
+            # freed now and it counts a preemption, but it stays finished.
+            self.cols["num_preemptions"][s.idx] += 1
+            self.c["num_preemptions"] += 1
+            self.log("preempt", s)
+            self.release(s)
+            s.freed = True
+            return
         if swap:
             n = len(self.kv.block_table(s.idx))
             if n <= self.cfg.cpu_blocks - self.cpu_used:

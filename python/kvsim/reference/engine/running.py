@@ -60,6 +60,9 @@ class Running(State):
                     continue
                 break  # the group preempted itself: it was the tail, nothing after it
             s = self.running[i]
+            if s.done and s.generated >= s.max_gen:
+                i += 1  # async_scheduling: finished at its limit in the step in flight, passed over
+                continue
             num_new = min(s.num_tokens - s.num_computed, budget)
             if self.hybrid and self.hkv.align:
                 num_new = self.hybrid_split(s, s.num_computed, num_new, self.hkv.junction(s.idx))
@@ -123,6 +126,14 @@ class Running(State):
         loads = self.c["num_loads"] + self.c["pd_transfers"]  # loads or transfers admitted: progress
         scheduled = self.schedule()
         tier = self.connector
+        if self.cfg.async_scheduling:
+            if not scheduled and self.async_prev >= 0:
+                # An empty batch: the step in flight's outputs arrive, and the next batch is scheduled
+                # when it ends, at `t`.
+                self.release_retiring()
+                self.async_prev = -1
+                return
+            self.async_prev = self.t if scheduled else -1
         if not scheduled:
             # Fine if a head was rejected or a sequence preempted itself (no time passes); anything
             # else would repeat forever. With a CPU tier, a step may also wait for transfers: it offers
@@ -140,6 +151,8 @@ class Running(State):
                 raise InternalError(f"no progress at time {self.t} ps")
             return
         self.log_schedule(scheduled)
+        if self.retiring:
+            self.release_retiring()  # async_scheduling: the step in flight's outputs arrive after the schedule
         dt = self.step_time(scheduled)
         if tier:
             for s, _ in scheduled:
@@ -169,7 +182,7 @@ class Running(State):
         c["peak_batch"] = max(c["peak_batch"], len(scheduled))
         done = []
         for s, _ in scheduled:
-            if s.num_computed == s.num_tokens:
+            if s.num_computed == s.num_tokens and not s.done:  # (done: async_scheduling's discarded token)
                 self.note_token(s, step)
                 self.sampled += 1
                 s.generated += 1
@@ -191,9 +204,13 @@ class Running(State):
                 self.done_rows.append(s.idx)
             if self.hold_sends:
                 self.sending[s.idx] = s  # freed when its transfer ends (`free_sent`)
+            elif self.cfg.async_scheduling:
+                s.done = True  # keeps its seat and blocks through the next schedule (`release_retiring`)
+                self.retiring.append(s)
             else:
                 self.release(s)
-            self.running.remove(s)
+            if not s.done:
+                self.running.remove(s)
             cols["status"][s.idx] = FINISHED
             cols["finish"][s.idx] = self.t
             cols["generated"][s.idx] = s.generated
@@ -201,6 +218,15 @@ class Running(State):
             if self.tier is not None:
                 self.finished_last.extend(done)
             self.observe()
+
+    def release_retiring(self) -> None:
+        """async_scheduling: the requests that finished in the step in flight free their seats and blocks
+        (in the order they finished) once the next step is scheduled; one a preemption freed only leaves."""
+        for s in self.retiring:
+            if not s.freed:
+                self.release(s)
+                self.running.remove(s)
+        self.retiring.clear()
 
     def note_token(self, s: Seq, step: int) -> None:
         """ITL: `s` samples a token in `step`, ending at `t`. A token whose sequence sampled none in the

@@ -68,6 +68,10 @@ class Seq:
     # Prefill/decode disaggregation: its prompt was computed on a prefill replica; its full blocks' KV
     # comes over the decode replica's inbound link (vLLM's `do_remote_prefill`).
     remote: bool = False
+    # async_scheduling (DESIGN.md §Engine, "Asynchronous scheduling"): finished in the step in flight, it
+    # holds its seat and blocks through the next schedule (`retiring`); `freed`: a preemption freed them.
+    done: bool = False
+    freed: bool = False
     # ITL (kvsim.engine.metrics): the current run of tokens sampled in consecutive steps, from step `run_first`
     # to `last_step` (its last token at `last_time` ps), and the gap before its first token (-1: the
     # sequence's first token).

@@ -36,6 +36,11 @@ class State:
     nxt: int
     waiting: deque[Seq]
     running: list[Seq]
+    # async_scheduling (DESIGN.md §Engine, "Asynchronous scheduling"): the start of the step in flight
+    # (-1: none, the next step is scheduled at its own start), whose finishers (`retiring`) keep their
+    # seats and blocks until the next step is scheduled.
+    async_prev: int
+    retiring: list[Seq]
     # Preempted by swapping (a sequence, or a group's running members): their blocks are in the CPU pool.
     swapped: deque[list[Seq]]
     cpu_used: int

@@ -332,6 +332,11 @@ pub struct EngineConfig {
     /// ones are tried, the skipped going back to the queue head in reverse order (vLLM 0.9.2 to 0.11.2,
     /// `SimConfig.waiting_over_budget = "skip"`); otherwise the waiting phase ends there (vLLM ≥ 0.12).
     pub skip_over_budget: bool,
+    /// vLLM's asynchronous scheduling (DESIGN.md §Engine, "Asynchronous scheduling"): each step is
+    /// scheduled when the step before it starts, with the arrivals up to then, and the requests that
+    /// finish in a step keep their seats and blocks through the next step's schedule. vLLM v1's rules on
+    /// one engine only (refused with a v0 rule, a hybrid model or a CPU tier); the engine takes full steps.
+    pub async_scheduling: bool,
     /// Blocks an admission (a waiting or preempted sequence's, or a swap-in) leaves free.
     pub watermark_blocks: u64,
     /// The watermark is held free only while some sequence is running, those admitted earlier in the
@@ -412,6 +417,7 @@ impl EngineConfig {
             chunked_prefill: true,
             full_prompt_gate: false,
             skip_over_budget: false,
+            async_scheduling: false,
             watermark_blocks: 0,
             watermark_while_running: false,
             one_free_block: false,
@@ -429,6 +435,17 @@ impl EngineConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
+        if self.async_scheduling
+            && (self.policy != Policy::Vllm
+                || self.preemption != Preemption::Recompute
+                || self.one_free_block
+                || self.groups.is_some()
+                || self.tier.is_some())
+        {
+            invalid_arg!(
+                "async_scheduling takes vLLM v1's rules on one full-attention group: policy 'vllm', preemption 'recompute', append_check 'exact', no hybrid model, no CPU tier"
+            );
+        }
         if self.num_blocks < 2 {
             invalid_arg!("num_blocks {} must be at least 2", self.num_blocks);
         }

@@ -246,6 +246,7 @@ impl Engine<'_> {
     pub(super) fn maybe_enter_lockstep(&mut self) {
         if self.running.is_empty()
             || self.cfg.groups.is_some()
+            || self.cfg.async_scheduling
             || matches!(&self.cfg.time, TimeModel::Roofline(r) if r.needs_full_steps())
             || self.running.len() as u64 > self.cfg.max_num_batched_tokens
             || self.one_free_block_binds()

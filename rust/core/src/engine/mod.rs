@@ -86,6 +86,11 @@ pub struct Engine<'a> {
     /// Blocks swapped out or in during the current step (their PCIe time is added to the step).
     swap_blocks_step: u64,
     running: Vec<usize>,
+    /// `async_scheduling` (DESIGN.md §Engine, "Asynchronous scheduling"): the start of the step in flight
+    /// (-1: none; the next step is scheduled at its own start), whose finishers (`async_done`, slab
+    /// slots) keep their seats and blocks until the next step is scheduled.
+    async_prev: i64,
+    async_done: Vec<usize>,
     scheduled: Vec<(usize, u64)>,
     /// Waiting sequences skipped in this step's waiting phase (`skip_over_budget`), in skip order.
     skipped: Vec<usize>,
@@ -191,20 +196,7 @@ impl<'a> Engine<'a> {
     ) -> Result<Self> {
         cfg.validate()?;
         inp.validate()?;
-        if inp.has_forks() {
-            if cfg.policy != Policy::Vllm {
-                invalid_arg!(
-                    "sampling 'fork-cow' (rows with a fork_parent) applies to policy 'vllm'"
-                );
-            }
-            if cfg.max_num_batched_tokens < cfg.max_num_seqs {
-                invalid_arg!(
-                    "sampling 'fork-cow' needs max_num_batched_tokens >= max_num_seqs (vLLM v0's rule), got max_num_batched_tokens {} < max_num_seqs {}",
-                    cfg.max_num_batched_tokens,
-                    cfg.max_num_seqs
-                );
-            }
-        }
+        check_forks(&inp, cfg)?;
         let mem = if cfg.policy.is_paged() {
             Memory::Paged(BlockPool::new_cancellable(
                 cfg.num_blocks,
@@ -245,6 +237,8 @@ impl<'a> Engine<'a> {
             cpu_used: 0,
             swap_blocks_step: 0,
             running: Vec::new(),
+            async_prev: -1,
+            async_done: Vec::new(),
             scheduled: Vec::new(),
             skipped: Vec::new(),
             hits: Vec::new(),
@@ -377,6 +371,12 @@ impl<'a> Engine<'a> {
         let result = loop {
             join_arrived!(self, arrivals, base, end, nxt);
             if !self.has_work() {
+                if self.async_prev >= 0 {
+                    // async_scheduling: nothing left to schedule behind the step in flight (its batch was
+                    // only discarded tokens); the engine waits for it, then takes arrivals up to its end.
+                    self.async_prev = -1;
+                    continue;
+                }
                 if nxt == end && !self.final_input {
                     break Ok(()); // more input to come: the next arrival is not known yet
                 }
@@ -486,6 +486,28 @@ impl<'a> Engine<'a> {
             self.out.events = log;
         }
     }
+}
+
+/// Fork-cow samples (rows with a fork_parent) take vLLM v0's rules: policy `vllm`, synchronous
+/// scheduling, and a budget that holds a whole group (`max_num_batched_tokens >= max_num_seqs`).
+fn check_forks(inp: &EngineInput<'_>, cfg: &EngineConfig) -> Result<()> {
+    if !inp.has_forks() {
+        return Ok(());
+    }
+    if cfg.policy != Policy::Vllm {
+        invalid_arg!("sampling 'fork-cow' (rows with a fork_parent) applies to policy 'vllm'");
+    }
+    if cfg.async_scheduling {
+        invalid_arg!("async_scheduling takes vLLM v1's rules: sampling 'fork-cow' does not apply");
+    }
+    if cfg.max_num_batched_tokens < cfg.max_num_seqs {
+        invalid_arg!(
+            "sampling 'fork-cow' needs max_num_batched_tokens >= max_num_seqs (vLLM v0's rule), got max_num_batched_tokens {} < max_num_seqs {}",
+            cfg.max_num_batched_tokens,
+            cfg.max_num_seqs
+        );
+    }
+    Ok(())
 }
 
 /// The time a quiet span must stop before: the next arrival known, or the horizon of a stepped replica
@@ -598,6 +620,38 @@ mod tests {
         assert_eq!(skip.first_token, [MS, 3 * MS, MS, 2 * MS]);
         assert_eq!(skip.finish, [3 * MS, 4 * MS, 2 * MS, 3 * MS]);
         assert_eq!(skip.counters.num_steps, 4);
+    }
+
+    /// tests/test_async_scheduling.py's seat case, derived there from vLLM's loop: max_num_seqs 2, all at
+    /// 0, C (prompt 4, 10 tokens), A (4, 2 tokens of max 2), B (4, 1). Synchronous, A frees its seat at 2
+    /// and B runs at 2; asynchronous, step 2 is scheduled at 1 with A's last token in flight (A passed
+    /// over, holding its seat), so B runs at 3.
+    #[test]
+    fn async_scheduling_frees_a_finished_seat_a_step_later() {
+        const MS: i64 = 1_000_000_000;
+        let four = [4i64; 3];
+        let inp = EngineInput {
+            arrival_ps: &[0; 3],
+            prompt_len: &four,
+            target: &[10, 2, 1],
+            max_gen: &[10, 2, 1],
+            fork_parent: &[-1; 3],
+            output_seg: &[1 << 63, (1 << 63) + 1, (1 << 63) + 2],
+            seg_offsets: &[0, 1, 2, 3],
+            segment_id: &[1, 2, 3],
+            segment_len: &four,
+        };
+        let cfg = |async_scheduling| EngineConfig {
+            max_num_seqs: 2,
+            async_scheduling,
+            ..EngineConfig::for_tests(40, 4)
+        };
+        let sync = run(inp, &cfg(false), 0, false, &AtomicBool::new(false)).unwrap();
+        assert_eq!(sync.first_scheduled, [0, 0, 2 * MS]);
+        let asyn = run(inp, &cfg(true), 0, false, &AtomicBool::new(false)).unwrap();
+        assert_eq!(asyn.first_scheduled, [0, 0, 3 * MS]);
+        assert_eq!(asyn.finish, [10 * MS, 2 * MS, 4 * MS]);
+        assert_eq!(asyn.counters.sum_batched_tokens, 4 + 9 + 4 + 1 + 4);
     }
 
     #[test]

@@ -88,6 +88,18 @@ impl Engine<'_> {
     /// leaves its group: it comes back as a sequence of its own.
     pub(super) fn preempt(&mut self, k: usize, swap: bool) {
         self.slab[k].group = None;
+        if self.slab[k].done {
+            // async_scheduling: finished in the step in flight, still running in vLLM's eyes: its blocks
+            // are freed now and it counts a preemption, but it stays finished.
+            let row = self.slab[k].row;
+            self.out.num_preemptions[row - self.out_base] += 1;
+            self.out.counters.num_preemptions += 1;
+            self.progress += 1;
+            self.log(event::PREEMPT, row, -1);
+            self.release(k);
+            self.slab[k].freed = true;
+            return;
+        }
         if swap {
             let n = self.slab[k].table.blocks().len() as u64;
             if n <= self.cfg.cpu_blocks - self.cpu_used {

@@ -199,6 +199,10 @@ impl Engine<'_> {
                 continue;
             }
             let s = &self.slab[k];
+            if s.done && s.generated >= s.max_gen {
+                i += 1; // async_scheduling: finished at its limit in the step in flight, passed over
+                continue;
+            }
             let mut num_new = (s.num_tokens() - s.num_computed).min(budget);
             if cfg.groups.is_some() {
                 num_new = self.hybrid_split(k, num_new);
@@ -233,7 +237,8 @@ impl Engine<'_> {
         self.done.clear();
         for i in 0..self.scheduled.len() {
             let k = self.scheduled[i].0;
-            if self.slab[k].num_computed == self.slab[k].num_tokens() {
+            // (done: async_scheduling's discarded token of a request that finished the step before)
+            if self.slab[k].num_computed == self.slab[k].num_tokens() && !self.slab[k].done {
                 self.note_token(k, step);
                 self.sampled += 1;
                 let s = &mut self.slab[k];
@@ -308,6 +313,10 @@ impl Engine<'_> {
             if self.sends.as_ref().is_some_and(|s| s.hold) {
                 let sends = self.sends.as_deref_mut().expect("a prefill replica");
                 sends.sending.insert(row, k); // freed when its transfer ends (`free_sent`)
+            } else if self.cfg.async_scheduling {
+                // Keeps its seat and blocks through the next schedule (`release_async_done`).
+                self.slab[k].done = true;
+                self.async_done.push(k);
             } else {
                 self.release(k);
             }
@@ -324,6 +333,12 @@ impl Engine<'_> {
             self.out.status[s.row - self.out_base] = FINISHED;
             self.out.finish[s.row - self.out_base] = self.t;
             self.out.generated[s.row - self.out_base] = s.generated as i64;
+        }
+        if self.cfg.async_scheduling {
+            // (they stay running until the next schedule, `release_async_done`)
+            self.done = done;
+            self.done.clear();
+            return;
         }
         let slab = &self.slab;
         // The running list ascends in admission order: one finisher is found by binary search.
@@ -350,17 +365,57 @@ impl Engine<'_> {
         self.done.clear();
     }
 
+    /// `async_scheduling`: the requests that finished in the step in flight free their seats and blocks
+    /// (in the order they finished) once the next step is scheduled; one a preemption freed only leaves.
+    fn release_async_done(&mut self) {
+        if self.async_done.is_empty() {
+            return;
+        }
+        let done = std::mem::take(&mut self.async_done);
+        for &k in &done {
+            if !self.slab[k].freed {
+                self.release(k);
+                let at = self
+                    .running
+                    .iter()
+                    .position(|&j| j == k)
+                    .expect("a finisher in flight is running");
+                self.running.remove(at);
+            }
+            // (its slot is taken again only by a later join: this step's `finish_step` still reads `done`)
+            self.remove(k);
+        }
+        self.async_done = done;
+        self.async_done.clear();
+    }
+
     /// One step with every running sequence walked explicitly (the reference's loop, rule for rule).
     /// Returns false if nothing was scheduled (every waiting head was rejected: no time passes).
     pub(super) fn full_step(&mut self) -> bool {
         let before = self.progress_marks(); // (a tier's only)
         self.schedule();
+        if self.cfg.async_scheduling {
+            if self.scheduled.is_empty() && self.async_prev >= 0 {
+                // An empty batch: the step in flight's outputs arrive, and the next batch is scheduled
+                // when it ends, at `t`.
+                self.release_async_done();
+                self.async_prev = -1;
+                return true;
+            }
+            self.async_prev = if self.scheduled.is_empty() {
+                -1
+            } else {
+                self.t
+            };
+        }
         if self.scheduled.is_empty() {
             return self.tier.is_some() && self.tier_scheduled_nothing(before);
         }
         if self.log.is_some() {
             self.log_schedule(0);
         }
+        // async_scheduling: the step in flight's outputs arrive after the schedule
+        self.release_async_done();
         let (mut dt, tokens) = self.step_time();
         if self.tier.is_some() {
             dt = self.tier_step_stores(dt);

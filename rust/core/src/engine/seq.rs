@@ -17,7 +17,7 @@ use crate::{BlockKey, Segment};
 /// costs the run 2 % more instructions (callgrind, 100,000 requests; the whole step is inlined in it).
 macro_rules! join_arrived {
     ($engine:expr, $arrivals:expr, $base:expr, $end:expr, $nxt:expr) => {
-        while $nxt < $end && $arrivals[$nxt - $base] <= $engine.t {
+        while $nxt < $end && $arrivals[$nxt - $base] <= $engine.join_limit() {
             $engine.join($nxt);
             $nxt += 1;
         }
@@ -110,6 +110,10 @@ pub(super) struct Seq {
     /// Prefill/decode disaggregation: a prefill replica computed its prompt; its full blocks' KV comes
     /// over the decode replica's inbound link (vLLM's `do_remote_prefill`).
     pub(super) remote: bool,
+    /// `async_scheduling`: finished in the step in flight, it keeps its seat and blocks through the next
+    /// schedule (`Engine::async_done`); `freed`: a preemption freed them.
+    pub(super) done: bool,
+    pub(super) freed: bool,
 }
 
 // The layout the lockstep path relies on: its fields in lines 0-2 (the CPU tier's hot fields too).
@@ -266,6 +270,17 @@ impl Engine<'_> {
             reject::EXCEEDS_SEATS
         } else {
             0
+        }
+    }
+
+    /// The last arrival a step scheduled now takes in: `t`, or under `async_scheduling`, while a step is
+    /// in flight, that step's start (the next step is scheduled then).
+    #[inline]
+    pub(super) fn join_limit(&self) -> i64 {
+        if self.async_prev >= 0 {
+            self.async_prev
+        } else {
+            self.t
         }
     }
 
