@@ -13,6 +13,7 @@ import pytest
 from kvsim.cli import build_parser, main
 from kvsim.cli.flags import GROUPS, RUN_EXAMPLES, VLLM_FLAGS, VLLM_V0_FLAGS, _knob_flags
 from kvsim.model.config import CLUSTER_KNOBS
+from tests.table_common import printed_table
 
 # Section titles of `kvsim run --help`, in order.
 SECTIONS = ["workload", *GROUPS.values(), "output"]
@@ -179,10 +180,7 @@ def sweep_table(
     out = tmp_path / f"s{len(list(tmp_path.iterdir()))}.parquet"
     base = ["sweep", "--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=12GiB"]
     assert main([*base, *args, "--requests", "300", "--output", str(out), "--no-progress"]) == 0
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("│")]
-    cells = [[c.strip() for c in ln.strip("│").split("┆")] for ln in lines]
-    header, rows = cells[0], cells[3:]
-    return header, rows
+    return printed_table(capsys.readouterr().out.splitlines())
 
 
 def test_a_sweep_that_runs_with_and_without_a_tier_shows_the_tiers_metrics(capsys, tmp_path):
@@ -209,8 +207,7 @@ def test_a_sweeps_intervals_say_what_they_are_and_flag_a_share_past_its_bounds(c
     argv += ["--workload", "sharegpt:arrival_rate=4", "--output", str(out), "--no-progress"]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    table = [[c.strip() for c in ln.strip("│").split("┆")] for ln in lines if ln.startswith("│")]
-    header, rows = table[0], table[3:]
+    header, rows = printed_table(lines)
     marked = 0
     assert header[:3] == ["block_size", "num_blocks", "n_seeds"]
     for name in header[3:]:

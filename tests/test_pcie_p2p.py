@@ -20,6 +20,7 @@ from kvsim.model.gpus import get
 from kvsim.model.models import resolve
 from kvsim.model.timing import _moe_layer_flags, roofline_time_model
 from tests.p2p_common import GEFORCE_TP2_SWEEP
+from tests.table_common import printed_table
 
 QWEN = dict(model="qwen3-32b", gpu="rtx-pro-6000", tensor_parallel_size=2, max_model_len=8192)
 
@@ -248,8 +249,8 @@ def _sweep(capsys, tmp_path, argv: list[str]) -> tuple[list[str], list[list[str]
     out = tmp_path / f"s{len(list(tmp_path.iterdir()))}.parquet"
     assert main([*argv, "--requests", "3", "--no-progress", "--output", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    cells = [[c.strip() for c in ln.strip("│").split("┆")] for ln in lines if ln.startswith("│")]
-    return cells[0], cells[3:], [ln for ln in lines if ln.startswith("note: ")]
+    header, rows = printed_table(lines)
+    return header, rows, [ln for ln in lines if ln.startswith("note: ")]
 
 
 def test_a_sweeps_table_shows_the_transport_where_its_multi_gpu_points_differ(capsys, tmp_path):
