@@ -47,41 +47,23 @@ METRICS = (
 )
 
 
-def _join_arrivals_async(self: Any) -> None:
-    """`Engine.join_arrivals` with the trial's threshold: the last step's start while it left work."""
-    seqs, arrivals = self.seqs, self.arrivals
-    n = len(seqs)
-    limit = self._trial_start if getattr(self, "_trial_live", False) else self.t
-    while self.nxt < n and arrivals[self.nxt] <= limit:
-        s = seqs[self.nxt]
-        self.nxt += 1
-        if self.fork_of[s.idx] >= 0:
-            continue
-        self.num_units_joined += 1
-        reason = self.reject_at_arrival(s)
-        if reason:
-            self.reject(s, reason)
-        else:
-            self.waiting.append(s)
-
-
 @contextlib.contextmanager
 def async_admission() -> Iterator[None]:
     """The reference engine under the trial's admission while the block runs."""
-    join, commit = Engine.join_arrivals, Engine.commit_step
+    commit = Engine.commit_step
 
     def commit_step(self: Any, scheduled: Any, dt: int) -> None:
+        # The engine's own join limit (`Engine.join_arrivals`, `async_prev`): the last step's start while
+        # it left work, the trial's threshold (seats and blocks freed as synchronous scheduling frees them).
         start = self.t
         commit(self, scheduled, dt)
-        self._trial_start = start
-        self._trial_live = bool(self.waiting) or any(s.generated < s.target for s in self.running)
+        live = bool(self.waiting) or any(s.generated < s.target for s in self.running)
+        self.async_prev = start if live else -1
 
-    Engine.join_arrivals = _join_arrivals_async  # type: ignore[method-assign]
     Engine.commit_step = commit_step  # type: ignore[method-assign]
     try:
         yield
     finally:
-        Engine.join_arrivals = join  # type: ignore[method-assign]
         Engine.commit_step = commit  # type: ignore[method-assign]
 
 
