@@ -30,7 +30,7 @@ from kvsim.analysis.sweep import (
     parse_grid_args,
     run_sweep,
 )
-from kvsim.analysis.sweep_stats import aggregate, is_share, point_axes
+from kvsim.analysis.sweep_stats import aggregate, is_share, point_axes, workloads_named_once
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
 from kvsim.cli.flags import METRICS_POINTER, FlagError, Parser, _add_workload_flags, _Formatter, _run_parser
@@ -517,6 +517,7 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
 
     differs = len(multi_gpu_transports(frame)) > 1
     agg = aggregate(frame, metrics=show, by=[*parameter_columns(frame), TRANSPORT] if differs else None)
+    agg = workloads_named_once(agg, spec.grid)  # (a grid's workload parameters have their own columns)
     axes = point_axes(agg, spec.grid) + ([TRANSPORT] if differs else [])
     cols = [pl.col(c) for c in axes] + [pl.col("n_seeds")]
     for m in show:
@@ -624,9 +625,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if outcome.frame.height:
         from kvsim.analysis.steady_state import sweep_overloaded_note, sweep_too_short_note
 
-        axes = point_axes(outcome.frame, spec.grid)
+        named = workloads_named_once(outcome.frame, spec.grid)
+        axes = point_axes(named, spec.grid)
         # (kvsim run's steady-state rules, once for the sweep: overloaded, then too short)
-        for note in (sweep_overloaded_note(outcome.frame, axes), sweep_too_short_note(outcome.frame, axes)):
+        for note in (sweep_overloaded_note(named, axes), sweep_too_short_note(named, axes)):
             if note is not None:
                 print(f"note: {note}")
         staged = transport_note(outcome.frame)
