@@ -100,6 +100,9 @@ AXIS_METRICS: dict[str, tuple[str, ...]] = {
 
 # After the metrics the axes move: the throughput and the tail latency (what any knob is for).
 AFTER_MOVED = ("throughput_rps", "e2e_s_p99")
+VERDICTS = ("overloaded",)
+"""Row columns that are a run's yes or no (`overloaded`: its queue grew through it, `kvsim run`'s note):
+`--show` prints `yes` / `no` where a point's seeds agree, else how many of them say yes (`sweep_table`)."""
 
 
 def default_show(spec: SweepSpec, known: Sequence[str]) -> list[str]:
@@ -191,7 +194,8 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
         "the grid's axes move, e.g. internal_fragmentation_of_allocated,preemptions for block_size, then "
         f"{','.join(AFTER_MOVED)}; {','.join(DEFAULT_SHOW)} for axes that name none (a workload's "
         "rate); with SLOs request_goodput,slo_attainment,slo_attainment_<metric>. A pool's derived "
-        "num_blocks shows beside the axes when it differs)",
+        "num_blocks shows beside the axes when it differs; overloaded, a run's verdict, shows yes, no or "
+        "how many seeds say yes)",
     )
 
 
@@ -398,7 +402,7 @@ def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
         summary = simulate_point(point, workload, cfg, False).summary  # a fleet's too
         # (a None is a metric with no value in the probe: a mean over no load)
         known |= dict.fromkeys(k for k, v in summary.items() if v is None or isinstance(v, int | float))
-    return [*known, "arrival_span_s", "steady_requests", "wall_s", "workload_s"]
+    return [*known, "arrival_span_s", "steady_requests", *VERDICTS, "wall_s", "workload_s"]
 
 
 PAST_BOUNDS = "(past 0..1)"
@@ -507,7 +511,8 @@ def ci_legend(table: Any) -> list[str]:
 
 def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
     """The rows aggregated across seeds, in grid order, with the parameters that vary as the axes (the
-    grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show`; where the
+    grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show` (of a
+    verdict, `VERDICTS`, yes, no or how many seeds say yes); where the
     multi-GPU points pass their collectives between GPUs in different ways (`multi_gpu_transports`: a GPU
     with NVLink and one without, `pcie_p2p` on and off), the `collective_transport` each point resolves to
     after the axes (one way for all of them: no column; host-staged, `transport_note` says it)."""
@@ -515,12 +520,21 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
 
     from kvsim.analysis.sweep_stats import parameter_columns
 
+    verdicts = [m for m in show if m in VERDICTS]
+    if verdicts:  # (a yes or no a seed: its mean is the share of the seeds saying yes)
+        frame = frame.with_columns(pl.col(verdicts).cast(pl.Float64))
     differs = len(multi_gpu_transports(frame)) > 1
     agg = aggregate(frame, metrics=show, by=[*parameter_columns(frame), TRANSPORT] if differs else None)
     agg = workloads_named_once(agg, spec.grid)  # (a grid's workload parameters have their own columns)
     axes = point_axes(agg, spec.grid) + ([TRANSPORT] if differs else [])
     cols = [pl.col(c) for c in axes] + [pl.col("n_seeds")]
     for m in show:
+        if m in verdicts:
+            share, n = pl.col(f"{m}_mean"), pl.col(f"{m}_n") if f"{m}_n" in agg.columns else pl.col("n_seeds")
+            yes = (share * n).round(0).cast(pl.Int64)
+            said = pl.when(share == 1).then(pl.lit("yes")).when(share == 0).then(pl.lit("no"))
+            cols.append(said.otherwise(pl.format("{} of {} seeds", yes, n)).alias(m))
+            continue
         mean = pl.col(f"{m}_mean").round_sig_figs(4)
         cell = pl.format("{} ± {}", mean, pl.col(f"{m}_ci95").round_sig_figs(2)).fill_null(
             mean.cast(pl.String)
