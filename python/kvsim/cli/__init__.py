@@ -571,13 +571,44 @@ def _runs_of(outcome: Any) -> str:
     return f": {fmt_count(points, 'point')} × {fmt_count(seeds, 'seed')}"
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    spec, options = spec_from_args(args)
-    if not any(k in spec.base or k in spec.grid for k in ("num_blocks", "model")):
-        raise FlagError(  # else every point fails as an "invalid grid combination" `{}: num_blocks None`
+def _refuse_no_pool(args: argparse.Namespace, spec: SweepSpec) -> None:
+    """`kvsim run`'s refusals of a sweep with no pool to simulate, before anything else is checked or run
+    (else every point failed as an "invalid grid combination", `num_blocks None`, one line a point): no
+    model nor `num_blocks`; a model with no memory to size a pool from (no `gpu`, `kv_cache_bytes` nor
+    `num_blocks`); memory with no model to size one for. Fields named as given (`sweep_field`)."""
+    given = [k for k in ("model", "num_blocks", "gpu", "kv_cache_bytes", "gpu_memory_utilization")
+             if k in spec.base or k in spec.grid]  # fmt: skip
+
+    def said(name: str) -> str:
+        where = sweep_field(args, spec, name)
+        raw = [b for b in args.base if b.partition("=")[0].strip() == name]
+        return f"--base {raw[-1].strip()}" if where.startswith("--base") and raw else where
+
+    if "num_blocks" in given:
+        return
+    if "model" in given and not {"gpu", "kv_cache_bytes"} & set(given):
+        raise FlagError(
+            f"no pool to simulate: {said('model')} without a gpu has no memory to size one from: give --base "
+            "gpu=NAME (sized as vLLM does), --base kv_cache_bytes=SIZE, or --base num_blocks=N (or a --grid "
+            "of one of them)"
+        )
+    memory = [said(k) for k in given if k != "model"]
+    if "model" not in given and memory:
+        raise FlagError(
+            f"no pool to simulate: {' and '.join(memory)} without a model: a pool's blocks are sized from the "
+            "model's bytes a token: give --base model=NAME (sized as vLLM does), or --base num_blocks=N (or a "
+            "--grid of one of them)"
+        )
+    if "model" not in given:
+        raise FlagError(
             "no pool to simulate: give --base model=NAME --base gpu=NAME (sized as vLLM does), --base "
             "model=NAME --base kv_cache_bytes=SIZE, or --base num_blocks=N (or a --grid of one of them)"
         )
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    spec, options = spec_from_args(args)
+    _refuse_no_pool(args, spec)
     try:
         check_output(options["output"])
     except InvalidArgumentError as exc:
