@@ -224,6 +224,54 @@ def test_a_sweep_without_a_pool_says_how_to_give_one(capsys, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["run", "--model", "opt-13b"], "--model opt-13b without --gpu has no memory to size one from"),
+        (["run", "--gpu", "a100-40gb"], "--gpu a100-40gb without --model: a pool's blocks are sized from"),
+        (["run", "--kv-cache-memory-bytes", "12GiB"], "--kv-cache-memory-bytes 12GiB without --model: "),
+        (
+            ["run", "--gpu-memory", "48GiB", "--gpu-bandwidth", "864GB/s", "--gpu-tflops", "362"],
+            "a GPU of --gpu-* flags without --model: ",
+        ),
+        (
+            ["plan", "--model", "opt-13b", "--slo", "ttft_p99:2s"],
+            "--model opt-13b without --gpu has no memory",
+        ),
+        (["plan", "--gpu", "a100-40gb", "--slo", "ttft_p99:2s"], "--gpu a100-40gb without --model: "),
+        (
+            ["sweep", "--base", "model=opt-13b", "--grid", "block_size=16,32"],
+            "--base model=opt-13b without a gpu has no memory to size one from",
+        ),
+        (["sweep", "--grid", "model=opt-13b,llama-3-8b"], "--grid model without a gpu has no memory"),
+        (
+            ["sweep", "--base", "gpu=a100-40gb", "--grid", "block_size=16,32"],
+            "--base gpu=a100-40gb without a model: a pool's blocks are sized from",
+        ),
+        (
+            ["sweep", "--grid", "gpu=a100-40gb,h100-80gb", "--base", "kv_cache_bytes=12GiB"],
+            "--grid gpu and --base kv_cache_bytes=12GiB without a model: ",
+        ),
+    ],
+)
+def test_a_model_without_memory_or_memory_without_a_model_is_refused_first_naming_what_is_missing(
+    capsys, tmp_path, argv, said
+):
+    """One line, exit 2, naming what was given and what it lacks, before anything else is refused: beside
+    a 100,000-request trace (read after the config), or a sweep's --output in a folder that does not exist
+    (checked after it). A sweep's model without a GPU failed every point as an "invalid grid combination"
+    (`num_blocks None`, the flags unnamed); a GPU without a model said only what to give."""
+    extra = {"run": ["--workload", "mooncake-conversation", "--requests", "100000"],
+             "plan": ["--workload", "mooncake-conversation", "--requests", "100000"],
+             "sweep": ["--output", str(tmp_path / "missing" / "s.parquet")]}[argv[0]]  # fmt: skip
+    line = _one_error(capsys, [*argv, *extra])
+    assert line.startswith(f"kvsim {argv[0]}: error: no pool to simulate: {said}"), line
+    assert not (tmp_path / "missing").exists()
+    # With a pool the GPU without a model runs (steps in ticks), as before.
+    if argv[:2] == ["run", "--gpu"]:
+        assert main([*argv, "--num-gpu-blocks-override", "100", "--requests", "5"]) == 0
+
+
 def test_a_grid_with_an_invalid_combination_says_so_in_one_line_or_skips_it(capsys, tmp_path):
     """The combinations are listed on one line (they were one a line); `--skip-invalid` runs the rest (it
     failed the same way: the metric columns were read from the whole grid first)."""

@@ -252,6 +252,41 @@ def test_a_sweep_shows_what_its_axes_move(capsys, tmp_path):
     assert header == ["block_size", "num_blocks", "n_seeds", "throughput_rps"]
 
 
+def test_a_sweep_of_several_workloads_over_a_workload_parameter_names_each_workload_once(capsys, tmp_path):
+    """Beside the column `workload.arrival_rate` the workload column read `sharegpt:arrival_rate=4.0`: the
+    grid's parameter twice. It reads each workload's name and its own parameters only, as one workload's
+    sweep names its points by the grid's column alone; the steady-state note names the points the same way."""
+    header, rows = sweep_table(
+        capsys, tmp_path, "--grid", "workload.arrival_rate=2,4", "--workload", "sharegpt",
+        "--workload", "alpaca:arrival_rate=1", "--workload", "sharegpt:arrivals=gamma,burstiness=0.5",
+    )  # fmt: skip
+    assert header[:3] == ["workload", "workload.arrival_rate", "n_seeds"]
+    shown = [(r[0], r[1]) for r in rows]
+    assert shown == [
+        ("sharegpt", "2.0"),
+        ("sharegpt", "4.0"),
+        ("alpaca", "2.0"),
+        ("alpaca", "4.0"),
+        ("sharegpt:arrivals=gamma,burstiness=0.5", "2.0"),
+        ("sharegpt:arrivals=gamma,burstiness=0.5", "4.0"),
+    ]
+    # One workload: no workload column at all (the grid's column names its points).
+    header, _ = sweep_table(capsys, tmp_path, "--grid", "workload.arrival_rate=2,4", "--workload", "sharegpt")
+    assert header[:2] == ["workload.arrival_rate", "n_seeds"]
+
+
+def test_the_sweeps_notes_name_a_workload_without_the_grids_parameters(capsys, tmp_path):
+    """The steady-state note named a point `workload=sharegpt:arrival_rate=4.0 workload.arrival_rate=4.0`."""
+    out = tmp_path / "n.parquet"
+    argv = ["sweep", "--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=12GiB"]
+    argv += ["--grid", "workload.arrival_rate=2,4", "--workload", "sharegpt", "--workload", "alpaca"]
+    assert main([*argv, "--requests", "50", "--output", str(out), "--no-progress"]) == 0
+    notes = [x for x in capsys.readouterr().out.splitlines() if x.startswith("note: not a steady state")]
+    assert notes  # (50 requests are too short for a steady state at these rates)
+    assert "workload=sharegpt workload.arrival_rate=" in notes[0]
+    assert "arrival_rate=2.0 workload.arrival_rate" not in notes[0]
+
+
 def test_the_config_line_names_tier_knobs_only_with_a_tier(capsys):
     """A run without a CPU tier lists no kv_offloading_* knob (its derived link time is moot); one with a
     tier lists its size, chunks and link time."""

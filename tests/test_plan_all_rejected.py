@@ -137,3 +137,46 @@ def test_a_probe_that_served_nothing_is_not_judged_steady(capsys):
         assert p["completed"] == 0
         assert p["steady"] is None
     assert data["steady"] is None
+
+
+def test_a_search_whose_every_request_is_rejected_at_arrival_stops_after_its_first_round(capsys):
+    """Every prompt reaches `--max-model-len 16`: rejected at arrival whatever the rate, so the first
+    round's probe settles the search (it probed down to its floor, 13 probes, before); --json says so."""
+    assert main([*BASE, "--slo", "ttft_mean:1s", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["status"] == "all-rejected"
+    assert len(data["probes"]) == 1  # (--workers 1: one probe a round)
+    assert data["settled"] == {"prompt_len reaches max_model_len: no room to generate": 20}
+    assert "(the search stopped after 1 probe: each request was rejected at its arrival" in data["message"]
+
+
+def test_requests_no_replica_can_hold_settle_a_rate_or_replica_search_not_a_memory_one():
+    """A pool of 2 blocks of 16 tokens holds none of these requests (`needs more blocks than the pool
+    holds`, decided at arrival): the same at every rate and every replica count, so a rate or replica
+    search stops after its first round and names the reason and what admits them; a memory search grows
+    the pool and finds the answer. A probe of the caller's own may not reject by the engine's rules: it
+    runs to the floor, as every search did before."""
+    from kvsim.analysis.plan import plan, simulate_probe
+    from kvsim.analysis.plan_smallest import smallest_memory, smallest_replicas
+    from kvsim.model.config import SimConfig
+    from kvsim.workloads import synthetic
+
+    w = synthetic(20, arrival_rate=2.0, seed=4, lengths="sharegpt-paper")
+    cfg = SimConfig(num_blocks=2, block_size=16, time_model="ticks")
+    reason = {"needs more blocks than the pool holds": 20}
+    for search in (
+        plan(w, cfg, "ttft_mean:1s", workers=2),
+        smallest_replicas(w, cfg, "ttft_mean:1s", rate=1.0, workers=2),
+    ):
+        assert (search.status, search.value, search.settled) == ("all-rejected", None, reason)
+        assert search.probes.height <= 2  # (one round of 2 probes, or fewer where the start is at a bound)
+        assert search.probes["completed"].to_list() == [0] * search.probes.height
+        assert "(20: needs more blocks than the pool holds)" in search.message
+        assert "a larger KV cache a replica (--kv-cache-memory-bytes" in search.message
+    memory = smallest_memory(w, cfg, "ttft_mean:1s", rate=1.0, workers=2)
+    assert memory.settled == {}
+    assert memory.status == "converged"
+    own = plan(w, cfg, "ttft_mean:1s", workers=2, probe=lambda w, c: simulate_probe(w, c))
+    assert own.settled == {}
+    assert own.status == "all-rejected"
+    assert own.probes.height > 2

@@ -13,6 +13,7 @@ import numpy as np
 import kvsim
 from kvsim.analysis.plan_compare import best_of
 from kvsim.cli import main
+from tests.table_common import printed_table
 
 # llama-3-8b's 8,192-token context refuses 159 of these 300 Mooncake conversations, qwen3-8b's 40,960 22.
 MOONCAKE = [
@@ -113,17 +114,10 @@ def test_a_sweep_whose_points_reject_different_requests_shows_it(capsys, tmp_pat
     grid += ["--no-progress", "--output", str(tmp_path / "s.parquet"), "--grid"]
     assert main([*grid, "model=llama-3-8b,qwen3-8b,gpt-oss-20b"]) == 0
     out = capsys.readouterr().out
-    (head,) = [line for line in out.splitlines() if "throughput_rps" in line]
-    cols = [c.strip() for c in head.strip("│").split("┆")]
+    cols, rows = printed_table(out.splitlines())
     assert cols.index("rejected") == cols.index("throughput_rps") - 1
-    cells = {line.split("┆")[0].strip("│ "): line for line in out.splitlines() if "┆ 1 " in line}
-    assert [
-        cells[m].split("┆")[cols.index("rejected")].strip() for m in ("llama-3-8b", "qwen3-8b", "gpt-oss-20b")
-    ] == [
-        "159.0",
-        "22.0",
-        "0.0",
-    ]
+    rejected = {r[cols.index("model")]: r[cols.index("rejected")] for r in rows}
+    assert rejected == {"llama-3-8b": "159.0", "qwen3-8b": "22.0", "gpt-oss-20b": "0.0"}
     (note,) = _lines(out, "note: the points")  # (and qwen3-8b's too short: tests/test_sweep_notes.py)
     assert note.startswith("note: the points rejected different numbers of requests (0 to 159 of 300")
     # A grid that rejects nothing shows no such column nor note.

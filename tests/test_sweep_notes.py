@@ -15,6 +15,7 @@ import pytest
 from kvsim.analysis.steady_state import STEADY_SPANS, sweep_overloaded_note, sweep_too_short_note
 from kvsim.cli import main
 from kvsim.errors import InvalidArgumentError
+from tests.table_common import printed_table
 
 SMALL = ["--requests", "5", "--seeds", "3", "--no-progress", "--no-resume"]
 STEADY = "note: not a steady state"
@@ -297,3 +298,34 @@ def test_a_point_overloaded_in_one_seed_is_not_also_named_too_short(capsys, tmp_
     # A point whose seeds are all calm is still judged by its rows.
     calm = frame.filter(~pl.col("overloaded"))
     assert (sweep_too_short_note(calm) or "").startswith("not a steady state at 2 of the sweep's 2 points: ")
+
+
+def test_show_overloaded_prints_each_points_verdict_over_its_seeds(capsys, tmp_path):
+    """`--show overloaded` was refused as "not a metric of a sweep row", though every row has the column
+    (the rule of kvsim run's "overloaded" note): a point's cell is `yes` or `no` where its seeds agree,
+    else how many of them were overloaded, as the rows say. Near the configuration's 3.7 req/s the 4
+    seeds disagree."""
+    out = tmp_path / "o.parquet"
+    argv = [
+        "sweep",
+        *RATES,
+        "--grid",
+        "workload.arrival_rate=1,4,4.5,16",
+        "--seeds",
+        "4",
+        "--output",
+        str(out),
+    ]
+    argv[argv.index("600")] = "300"
+    assert main([*argv, "--show", "overloaded,throughput_rps"]) == 0
+    header, rows = printed_table(capsys.readouterr().out.splitlines())
+    assert header == ["workload.arrival_rate", "n_seeds", "overloaded", "throughput_rps"]
+    frame = pl.read_parquet(out)
+    said = {}
+    for (rate,), g in frame.group_by("workload.arrival_rate"):
+        k = int(g["overloaded"].sum())
+        said[f"{rate:.1f}"] = "no" if k == 0 else "yes" if k == g.height else f"{k} of {g.height} seeds"
+    assert {r[0]: r[2] for r in rows} == said
+    assert said["1.0"] == "no"
+    assert said["16.0"] == "yes"
+    assert any(cell.endswith(" of 4 seeds") for cell in said.values())  # (the case's point)

@@ -123,3 +123,19 @@ def test_huge_exponents_are_out_of_range(text):
 def test_a_tiny_exponent_is_not_a_whole_number():
     with pytest.raises(InvalidArgumentError, match="not a whole number"):
         parse_bytes("kv_cache_bytes", "1e-999999999")
+
+
+@pytest.mark.parametrize(
+    ("power", "binary", "decimal"), [(1, "KiB", "kB"), (2, "MiB", "MB"), (3, "GiB", "GB"), (4, "TiB", "TB")]
+)
+def test_the_units_written_are_those_parsed(power, binary, decimal):
+    """The formatters write each unit as spelled here, at the scale the parser reads it at (one table)."""
+    from kvsim.model.units import exact_bytes, fmt_bytes, fmt_bytes_exact
+
+    n = 3 * 1024**power
+    assert fmt_bytes(n) == f"3.0 {binary}"
+    assert fmt_bytes_exact(n + 1024 ** (power - 1) * 256) == f"3.25 {binary}"
+    assert exact_bytes(n) == f"3 {binary}"
+    assert exact_bytes(7 * 1000**power + 1).endswith(f" {decimal}")
+    assert parse_bytes("x", exact_bytes(7 * 1000**power + 1)) == 7 * 1000**power + 1
+    assert parse_bytes("x", f"3{binary}") == n

@@ -148,7 +148,9 @@ def probe_summary(result: Any) -> dict[str, Any]:
     (`kvsim.analysis.quantile_ci.quantile_interval`, None for an end too few requests give), and
     `quantile_n`, how many those were per latency (`ttft_s`, ...: TPOT's are the requests of more than one
     token a sample); `mean_ci`, each latency mean's (`ttft_s_mean`, ...) 95 % interval over the same
-    requests (`kvsim.analysis.moment_ci.mean_interval`: Student's t, approximate; none under 30)."""
+    requests (`kvsim.analysis.moment_ci.mean_interval`: Student's t, approximate; none under 30);
+    `rejected_reasons`, the requests rejected by reason code (`kvsim.reference.engine.REJECT_REASONS`),
+    which `_search` reads to stop where no value can serve a request (`settling_reasons`)."""
     from kvsim.analysis.moment_ci import mean_interval
     from kvsim.analysis.quantile_ci import quantile_interval
     from kvsim.analysis.steady_state import queue_growth, too_short, warmup
@@ -165,6 +167,9 @@ def probe_summary(result: Any) -> dict[str, Any]:
         for q in SUMMARY_QUANTILES
     }
     summary["mean_ci"] = {f"{name}_mean": list(mean_interval(v)) for name, v in values.items()}
+    code = {text: c for c, text in REJECT_REASONS.items()}
+    reasons = result.requests["reject_reason"].drop_nulls().value_counts()
+    summary["rejected_reasons"] = {code[str(r)]: int(n) for r, n in reasons.iter_rows()}
     overloaded = queue_growth(result) is not None
     summary["overloaded"] = overloaded
     # (a run that served no request measured nothing: not judged, None, as for a probe without the key)
@@ -321,6 +326,35 @@ def _aside(workload: Any, config: Any, probe: Any) -> dict[int, int]:
     return {}
 
 
+def settling_reasons(config: Any, probe: Any, pool_varies: bool) -> frozenset[int]:
+    """The reject reasons (`kvsim.reference.engine.REJECT_REASONS`) that a probe of `config` gives a request
+    at every value searched, so that a probe rejecting every request for them settles the search (`_search`:
+    every probe would reject every request, `all-rejected`): those decided at arrival by the request and
+    one replica's configuration alone (`reject_at_arrival`), 1 (the prompt reaches `max_model_len`), 7
+    (more samples than `max_num_seqs`) and, where the value does not change a replica's pool (a rate, a
+    replica count), 2 and 3 (the request needs more than the pool holds, paged or contiguous). Reasons
+    decided while the run goes on (4, 5: against the cache's hits; 6) are not among them. Empty (no
+    early stop) for a probe other than kvsim's own (`simulate_probe`, `cluster_probe`), a list of
+    replica configs (a request rejected by one replica may be routed to another at another value) and a
+    disaggregated fleet (its prefill replicas seat their own way)."""
+    from kvsim.model.config import SimConfig
+
+    func = None if probe is None else getattr(probe, "func", probe)
+    if func not in (None, simulate_probe, cluster_probe):
+        return frozenset()
+    if not isinstance(config, SimConfig) or config.prefill_replicas > 0:
+        return frozenset()
+    return frozenset({1, 7}) if pool_varies else frozenset({1, 2, 3, 7})
+
+
+def _settles(summary: Mapping[str, Any], reasons: frozenset[int]) -> bool:
+    """Whether a probe's summary rejected every request, each for one of `reasons` (`settling_reasons`)."""
+    by_reason = summary.get("rejected_reasons")
+    if not reasons or not by_reason or summary.get("completed") != 0:
+        return False
+    return set(by_reason) <= reasons and sum(by_reason.values()) == summary.get("rejected")
+
+
 # ------------------------------------------------------------------------------------------ running
 
 
@@ -442,19 +476,24 @@ def _search(
     setup: str,
     refusals_fail: bool = False,
     unservable: Mapping[int, int] | None = None,
+    settling: frozenset[int] = frozenset(),
 ) -> PlanResult:
     """Runs `search` round by round: each value becomes (workload, config, extra row columns) by `make`,
     is probed in parallel, and is judged against every SLO. `unservable` (`unservable`): requests every
     probe rejects whatever the value, set aside: a probe passes if it rejects those and no other, and
-    its SLOs hold over the rest (a `goodput_fraction` is their share of the rest)."""
+    its SLOs hold over the rest (a `goodput_fraction` is their share of the rest). `settling`
+    (`settling_reasons`): reasons a request is rejected for at every value; after a round with a probe
+    that rejected every request for them, no value can serve one and the search stops (`all-rejected`,
+    `PlanResult.settled`)."""
     from kvsim.analysis.executors import executor_session
 
     rows: list[dict[str, Any]] = []
     status = "probe-limit"
     aside = sum((unservable or {}).values())
+    settled: dict[int, int] = {}
     with executor_session(executor, workers=workers, scheduler=scheduler) as run:
         round_no = 0
-        while True:
+        while not settled:
             xs, done = search.next_round()
             if done is not None:
                 status = done
@@ -493,6 +532,8 @@ def _search(
                         f"probe summary has no {', '.join(missing)} (the SLOs read it); keys: {', '.join(summary)}"
                     )
                 _check_summary(summary, slos, aside)
+                if not settled and _settles(summary, settling):
+                    settled = dict(summary["rejected_reasons"])
                 values = {s.metric: summary[s.key] for s in slos}
                 if aside and "goodput_fraction" in values and summary.get("num_requests"):
                     # (the share meeting the per-request SLOs among the requests that can be served)
@@ -558,7 +599,7 @@ def _search(
         if rows
         else pl.DataFrame({axis: pl.Series([], dtype=schema_axis)})
     )
-    if served_none(frame) is not None:  # (no value served a request: not below a floor nor above a cap)
+    if settled or served_none(frame) is not None:  # (no value served one: not below a floor nor above a cap)
         status = "all-rejected"
     return PlanResult(
         axis=axis,
@@ -571,6 +612,7 @@ def _search(
         violations=[(cast(a), cast(b)) for a, b in search.violations()],
         setup=setup,
         unservable={REJECT_REASONS[k]: n for k, n in sorted((unservable or {}).items())},
+        settled={REJECT_REASONS[k]: n for k, n in sorted(settled.items())},
     )
 
 
@@ -687,7 +729,7 @@ def plan(
     aside = _aside(workload, config, probe)
     return _search(
         search, make, run_probe, slos_, "rate", executor, workers, scheduler, _setup(workload, config),
-        unservable=aside,
+        unservable=aside, settling=settling_reasons(config, probe, pool_varies=False),
     )  # fmt: skip
 
 
@@ -717,6 +759,7 @@ __all__ = [
     "probe_summary",
     "set_knob",
     "set_replicas",
+    "settling_reasons",
     "simulate_probe",
     "workload_rate",
 ]

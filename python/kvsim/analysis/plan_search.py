@@ -291,6 +291,11 @@ class PlanResult:
             reason: a prompt that reaches `max_model_len`, which vLLM refuses at its API; more samples
             than running seats): a probe passed if it rejected those and no other, its SLOs judged on the
             rest (`kvsim.analysis.plan.unservable`). Empty when there are none.
+        settled: where the search stopped before its floor, cap or max_probes because a probe rejected
+            every request for reasons that hold at every value searched (`kvsim.analysis.plan.
+            settling_reasons`: decided at arrival by the request and one replica's configuration), so that
+            no further probe could serve one (status `all-rejected`): that probe's requests by reason; else
+            empty.
     """
 
     axis: str
@@ -303,6 +308,7 @@ class PlanResult:
     violations: list[tuple[float, float]] = field(default_factory=list)
     setup: str = ""
     unservable: dict[str, int] = field(default_factory=dict)
+    settled: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float | None:
@@ -541,28 +547,38 @@ class PlanResult:
             "some output, or shorter prompts",
             "its samples need more running seats": "a max_num_seqs (--max-num-seqs) of at least the samples "
             "a request asks for, or fewer samples",
+            "needs more blocks than the pool holds": "a larger KV cache a replica (--kv-cache-memory-bytes, "
+            "--gpu-memory-utilization), or shorter requests",
+            "needs a larger region than the address space": "a larger KV cache a replica "
+            "(--kv-cache-memory-bytes, --gpu-memory-utilization), or shorter requests",
         }
         why, fix = "", "kvsim run at one of these values says why each was rejected"
-        if self.unservable:
+        known = self.unservable or self.settled
+        if known:
             why = (
                 " ("
-                + "; ".join(
-                    f"{n:,}: {reason.replace(': ', ', ', 1)}" for reason, n in self.unservable.items()
-                )
+                + "; ".join(f"{n:,}: {reason.replace(': ', ', ', 1)}" for reason, n in known.items())
                 + ")"
             )
-            found = [f for r in self.unservable for k, f in fixes.items() if r.startswith(k)]
-            if found and sum(self.unservable.values()) >= total:
+            found = [f for r in known for k, f in fixes.items() if r.startswith(k)]
+            if found and sum(known.values()) >= total:
                 fix = "; ".join(found) + " would admit them"
         refused = ""
         if "refused" in self.probes.columns:
             n_refused = sum(1 for r in self.probes["refused"].to_list() if r)
             if n_refused:
                 refused = f" ({fmt_count(n_refused, 'value')} refused by the configuration without a run)"
+        settled = ""
+        if self.settled:
+            settled = (
+                f" (the search stopped after {fmt_count(self.probes.height, 'probe')}: each request was "
+                f"rejected at its arrival for what it asks of one replica's configuration, the same at every "
+                f"{self.axis}, so no further probe could serve one)"
+            )
         return (
             f"no request served at any {self.axis} probed{refused}: every one of the "
             f"{fmt_count(total, 'request')} was rejected at every probe{why}, so no SLO ({', '.join(s.label() for s in self.slos)}) "
-            f"can be judged on them, whatever the {self.axis}; {fix}"
+            f"can be judged on them, whatever the {self.axis}{settled}; {fix}"
         )
 
     @property
@@ -718,6 +734,7 @@ class PlanResult:
             ],
             "message": self.message,
             "unservable": dict(self.unservable),
+            "settled": self.settled,
             "probes": self.probes.to_dicts(),
         }
 

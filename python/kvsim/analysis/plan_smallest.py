@@ -25,6 +25,7 @@ from kvsim.analysis.plan import (
     default_probe,
     set_knob,
     set_replicas,
+    settling_reasons,
     workload_rate,
 )
 from kvsim.analysis.plan_search import (
@@ -105,10 +106,12 @@ def smallest_replicas(
     def make(n: float) -> tuple[Any, Any, dict[str, Any]]:
         return target, replicas(config, int(n)), {"rate": r}
 
-    aside = _aside(workload, config, probe) if replicas is set_replicas else None
+    own = replicas is set_replicas
+    aside = _aside(workload, config, probe) if own else None
+    settling = settling_reasons(config, probe, pool_varies=False) if own else frozenset()
     return _search(
         search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config, r),
-        unservable=aside,
+        unservable=aside, settling=settling,
     )  # fmt: skip
 
 
@@ -228,6 +231,7 @@ def smallest_memory(
     return _search(
         search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config, r, False),
         refusals_fail=True, unservable=_aside(workload, config, probe),
+        settling=settling_reasons(config, probe, pool_varies=True),
     )  # fmt: skip
 
 

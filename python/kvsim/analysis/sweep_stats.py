@@ -101,6 +101,30 @@ def point_axes(frame: pl.DataFrame, grid: Iterable[str] | None = None) -> list[s
     return axes
 
 
+def workloads_named_once(frame: pl.DataFrame, grid: Iterable[str]) -> pl.DataFrame:
+    """`frame` with each `workload` label (`workload_label`'s `sharegpt:arrival_rate=4.0`) less the
+    `grid`'s workload parameters, which have columns of their own (`workload.arrival_rate`): the name a
+    table or a note gives a point's workload beside those columns (`sharegpt`). Unchanged without a
+    `workload` column or a workload parameter in the grid."""
+    own = {c.removeprefix(WORKLOAD_PREFIX) for c in grid if c.startswith(WORKLOAD_PREFIX)}
+    if not own or "workload" not in frame.columns:
+        return frame
+
+    def shown(label: str) -> str:
+        name, _, params = label.partition(":")
+        pieces: list[str] = []
+        for piece in params.split(",") if params else []:
+            key, eq, _ = piece.partition("=")
+            if (eq and key.isidentifier()) or not pieces:
+                pieces.append(piece)
+            else:  # (a value's own comma: part of the parameter before it)
+                pieces[-1] += "," + piece
+        kept = [p for p in pieces if p.partition("=")[0] not in own]
+        return name + (":" + ",".join(kept) if kept else "")
+
+    return frame.with_columns(pl.col("workload").map_elements(shown, return_dtype=pl.String))
+
+
 def metric_columns(frame: pl.DataFrame) -> list[str]:
     """Numeric columns that are results (summary metrics and wall time), not parameters."""
     params = set(parameter_columns(frame)) | {"point_id", "seed", "kvsim_version"}

@@ -30,7 +30,7 @@ from kvsim.analysis.sweep import (
     parse_grid_args,
     run_sweep,
 )
-from kvsim.analysis.sweep_stats import aggregate, is_share, point_axes
+from kvsim.analysis.sweep_stats import aggregate, is_share, point_axes, workloads_named_once
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
 from kvsim.cli.flags import METRICS_POINTER, FlagError, Parser, _add_workload_flags, _Formatter, _run_parser
@@ -100,6 +100,9 @@ AXIS_METRICS: dict[str, tuple[str, ...]] = {
 
 # After the metrics the axes move: the throughput and the tail latency (what any knob is for).
 AFTER_MOVED = ("throughput_rps", "e2e_s_p99")
+VERDICTS = ("overloaded",)
+"""Row columns that are a run's yes or no (`overloaded`: its queue grew through it, `kvsim run`'s note):
+`--show` prints `yes` / `no` where a point's seeds agree, else how many of them say yes (`sweep_table`)."""
 
 
 def default_show(spec: SweepSpec, known: Sequence[str]) -> list[str]:
@@ -191,7 +194,8 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
         "the grid's axes move, e.g. internal_fragmentation_of_allocated,preemptions for block_size, then "
         f"{','.join(AFTER_MOVED)}; {','.join(DEFAULT_SHOW)} for axes that name none (a workload's "
         "rate); with SLOs request_goodput,slo_attainment,slo_attainment_<metric>. A pool's derived "
-        "num_blocks shows beside the axes when it differs)",
+        "num_blocks shows beside the axes when it differs; overloaded, a run's verdict, shows yes, no or "
+        "how many seeds say yes)",
     )
 
 
@@ -398,7 +402,7 @@ def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
         summary = simulate_point(point, workload, cfg, False).summary  # a fleet's too
         # (a None is a metric with no value in the probe: a mean over no load)
         known |= dict.fromkeys(k for k, v in summary.items() if v is None or isinstance(v, int | float))
-    return [*known, "arrival_span_s", "steady_requests", "wall_s", "workload_s"]
+    return [*known, "arrival_span_s", "steady_requests", *VERDICTS, "wall_s", "workload_s"]
 
 
 PAST_BOUNDS = "(past 0..1)"
@@ -507,7 +511,8 @@ def ci_legend(table: Any) -> list[str]:
 
 def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
     """The rows aggregated across seeds, in grid order, with the parameters that vary as the axes (the
-    grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show`; where the
+    grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show` (of a
+    verdict, `VERDICTS`, yes, no or how many seeds say yes); where the
     multi-GPU points pass their collectives between GPUs in different ways (`multi_gpu_transports`: a GPU
     with NVLink and one without, `pcie_p2p` on and off), the `collective_transport` each point resolves to
     after the axes (one way for all of them: no column; host-staged, `transport_note` says it)."""
@@ -515,11 +520,21 @@ def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
 
     from kvsim.analysis.sweep_stats import parameter_columns
 
+    verdicts = [m for m in show if m in VERDICTS]
+    if verdicts:  # (a yes or no a seed: its mean is the share of the seeds saying yes)
+        frame = frame.with_columns(pl.col(verdicts).cast(pl.Float64))
     differs = len(multi_gpu_transports(frame)) > 1
     agg = aggregate(frame, metrics=show, by=[*parameter_columns(frame), TRANSPORT] if differs else None)
+    agg = workloads_named_once(agg, spec.grid)  # (a grid's workload parameters have their own columns)
     axes = point_axes(agg, spec.grid) + ([TRANSPORT] if differs else [])
     cols = [pl.col(c) for c in axes] + [pl.col("n_seeds")]
     for m in show:
+        if m in verdicts:
+            share, n = pl.col(f"{m}_mean"), pl.col(f"{m}_n") if f"{m}_n" in agg.columns else pl.col("n_seeds")
+            yes = (share * n).round(0).cast(pl.Int64)
+            said = pl.when(share == 1).then(pl.lit("yes")).when(share == 0).then(pl.lit("no"))
+            cols.append(said.otherwise(pl.format("{} of {} seeds", yes, n)).alias(m))
+            continue
         mean = pl.col(f"{m}_mean").round_sig_figs(4)
         cell = pl.format("{} ± {}", mean, pl.col(f"{m}_ci95").round_sig_figs(2)).fill_null(
             mean.cast(pl.String)
@@ -556,13 +571,44 @@ def _runs_of(outcome: Any) -> str:
     return f": {fmt_count(points, 'point')} × {fmt_count(seeds, 'seed')}"
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    spec, options = spec_from_args(args)
-    if not any(k in spec.base or k in spec.grid for k in ("num_blocks", "model")):
-        raise FlagError(  # else every point fails as an "invalid grid combination" `{}: num_blocks None`
+def _refuse_no_pool(args: argparse.Namespace, spec: SweepSpec) -> None:
+    """`kvsim run`'s refusals of a sweep with no pool to simulate, before anything else is checked or run
+    (else every point failed as an "invalid grid combination", `num_blocks None`, one line a point): no
+    model nor `num_blocks`; a model with no memory to size a pool from (no `gpu`, `kv_cache_bytes` nor
+    `num_blocks`); memory with no model to size one for. Fields named as given (`sweep_field`)."""
+    given = [k for k in ("model", "num_blocks", "gpu", "kv_cache_bytes", "gpu_memory_utilization")
+             if k in spec.base or k in spec.grid]  # fmt: skip
+
+    def said(name: str) -> str:
+        where = sweep_field(args, spec, name)
+        raw = [b for b in args.base if b.partition("=")[0].strip() == name]
+        return f"--base {raw[-1].strip()}" if where.startswith("--base") and raw else where
+
+    if "num_blocks" in given:
+        return
+    if "model" in given and not {"gpu", "kv_cache_bytes"} & set(given):
+        raise FlagError(
+            f"no pool to simulate: {said('model')} without a gpu has no memory to size one from: give --base "
+            "gpu=NAME (sized as vLLM does), --base kv_cache_bytes=SIZE, or --base num_blocks=N (or a --grid "
+            "of one of them)"
+        )
+    memory = [said(k) for k in given if k != "model"]
+    if "model" not in given and memory:
+        raise FlagError(
+            f"no pool to simulate: {' and '.join(memory)} without a model: a pool's blocks are sized from the "
+            "model's bytes a token: give --base model=NAME (sized as vLLM does), or --base num_blocks=N (or a "
+            "--grid of one of them)"
+        )
+    if "model" not in given:
+        raise FlagError(
             "no pool to simulate: give --base model=NAME --base gpu=NAME (sized as vLLM does), --base "
             "model=NAME --base kv_cache_bytes=SIZE, or --base num_blocks=N (or a --grid of one of them)"
         )
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    spec, options = spec_from_args(args)
+    _refuse_no_pool(args, spec)
     try:
         check_output(options["output"])
     except InvalidArgumentError as exc:
@@ -624,9 +670,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if outcome.frame.height:
         from kvsim.analysis.steady_state import sweep_overloaded_note, sweep_too_short_note
 
-        axes = point_axes(outcome.frame, spec.grid)
+        named = workloads_named_once(outcome.frame, spec.grid)
+        axes = point_axes(named, spec.grid)
         # (kvsim run's steady-state rules, once for the sweep: overloaded, then too short)
-        for note in (sweep_overloaded_note(outcome.frame, axes), sweep_too_short_note(outcome.frame, axes)):
+        for note in (sweep_overloaded_note(named, axes), sweep_too_short_note(named, axes)):
             if note is not None:
                 print(f"note: {note}")
         staged = transport_note(outcome.frame)

@@ -128,6 +128,19 @@ def _float_flag(flag: str, text: Any) -> float:
     return value
 
 
+def _as_given(args: argparse.Namespace, cfg: dict[str, Any], name: str) -> str:
+    """A config field as the user gave it: its flag and text (`--gpu a100-40gb`), a GPU of --gpu-* flags,
+    or the run file's key."""
+    given = getattr(args, f"cfg_{name}", None)
+    if given is not None:
+        return f"{given[0]} {given[1]}"
+    if name == "gpu" and any(
+        getattr(args, f"gpu_{key}", None) is not None for key, _, _ in GPU_FLAGS.values()
+    ):
+        return "a GPU of --gpu-* flags"
+    return f"run file {args.toml}'s [config] {name} = {cfg[name]!r}"
+
+
 def _gpu_from_flags(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
     """Replace `cfg["gpu"]` with the GPU the --gpu-* flags describe (on top of --gpu NAME when given)."""
     from kvsim.model import gpus
@@ -191,6 +204,16 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
         flag_of["model"] = "MODEL"
     _gpu_from_flags(args, cfg)
     if cfg.get("num_blocks") is None and cfg.get("model") is None:
+        memory = [
+            _as_given(args, cfg, k)
+            for k in ("gpu", "kv_cache_bytes", "gpu_memory_utilization")
+            if cfg.get(k) is not None
+        ]
+        if memory:  # (what was given, and the model it lacks)
+            raise FlagError(
+                f"no pool to simulate: {' and '.join(memory)} without --model: a pool's blocks are sized from "
+                "the model's bytes a token: give --model (sized as vLLM does), or --num-gpu-blocks-override"
+            )
         raise FlagError(
             "no pool to simulate: give --model and --gpu (sized as vLLM does), --model with "
             "--kv-cache-memory-bytes, or --num-gpu-blocks-override"

@@ -18,17 +18,25 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 
-SIZE_UNITS: dict[str, int] = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
+_SPELLED = (
+    ("B", 1),
+    ("kB", 10**3),
+    ("MB", 10**6),
+    ("GB", 10**9),
+    ("TB", 10**12),
+    ("KiB", 2**10),
+    ("MiB", 2**20),
+    ("GiB", 2**30),
+    ("TiB", 2**40),
+)
+"""The size units as written for people, each with its bytes: the one table that `SIZE_UNITS` (lower
+case, as parsed) and `_BINARY`, `_DECIMAL` (largest first, as written) are read from."""
+SIZE_UNITS: dict[str, int] = {unit.lower(): scale for unit, scale in _SPELLED}
+_BINARY = tuple((unit, scale) for unit, scale in reversed(_SPELLED) if "i" in unit)
+"""The binary units, largest first: those `fmt_bytes` and `fmt_bytes_exact` pick from and `exact_bytes`
+tries (bytes below the smallest)."""
+_DECIMAL = tuple((unit, scale) for unit, scale in reversed(_SPELLED) if "i" not in unit and scale > 1)
+"""The decimal units above a byte, largest first: those `exact_bytes` tries."""
 # Picoseconds per unit.
 TIME_UNITS: dict[str, int] = {"ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**6, "ms": 10**9, "s": 10**12}
 _NUMBER_UNIT = re.compile(r"^\s*([+-]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-zµ]*)\s*$")
@@ -110,11 +118,6 @@ def _number(name: str, value: Any) -> Decimal | float | int:
     return value
 
 
-_BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
-"""The binary units, largest first: those `fmt_bytes` and `fmt_bytes_exact` pick from and `exact_bytes`
-tries (bytes below the smallest)."""
-
-
 def byte_unit(n: float) -> tuple[str, float] | None:
     """The largest of `_BINARY` that keeps `n` bytes at least 1, as (unit, `n` in it); None below
     a KiB: the unit `fmt_bytes` and `fmt_bytes_exact` write `n` in (and `kvsim.plan`'s probes with more
@@ -170,9 +173,6 @@ def exact_bytes(n: int) -> str:
     forms = [f"{n // scale} {unit}" for unit, scale in _BINARY if n >= scale and n % scale == 0][:1]
     forms += [f"{_exact(n, scale)} {unit}" for unit, scale in _DECIMAL if n >= scale][:1]
     return min(forms, key=len) if forms else f"{n} B"
-
-
-_DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
 
 
 def exact_duration_ps(ps: int) -> str:

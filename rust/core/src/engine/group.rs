@@ -35,9 +35,11 @@ impl Engine<'_> {
     }
 
     /// The group step's first half at the clock: the rows due join and the rank schedules, again while a
-    /// schedule only rejects or preempts (no time passes, as in one engine). Returns the step's own
-    /// duration but the routed experts' term (`step_time_apart`: the driver adds `experts_time` of the
-    /// ranks' tokens gathered) and its batched tokens, or None when it scheduled nothing (a dummy batch).
+    /// schedule only rejects or preempts (no time passes, as in one engine) and notes no step error
+    /// (`stop_after_step`: one such schedule stops the rank with it, as `advance` stops one engine).
+    /// Returns the step's own duration but the routed experts' term (`step_time_apart`: the driver adds
+    /// `experts_time` of the ranks' tokens gathered) and its batched tokens, or None when it scheduled
+    /// nothing (a dummy batch).
     /// In lockstep mode (lockstep.rs: entered after a full step as one engine enters it) the step is
     /// `lockstep_step`'s first half, touching only the sequences with an event.
     pub(crate) fn group_plan(&mut self) -> Result<Option<(u64, u64)>> {
@@ -71,6 +73,9 @@ impl Engine<'_> {
                     }
                     return Ok(Some(self.step_time_apart()));
                 }
+            }
+            if let Some(msg) = &self.step_error {
+                return Err(KvError::InvalidArgument(msg.clone()));
             }
             if before == (self.num_rejected, self.out.counters.num_preemptions) {
                 return Err(KvError::Internal(format!(
@@ -198,5 +203,44 @@ impl Engine<'_> {
                 r.time_apart(1, 1, &sums)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{EngineConfig, EngineInput};
+    use super::*;
+
+    /// A schedule that only rejects (a 100-token prompt over a step's budget of 32, chunked prefill off:
+    /// rejected by the waiting phase, not at arrival) after a step error was noted stops the rank with
+    /// that error, as `advance` stops after such a step: the loop does not go on to an idle rank's dummy
+    /// batch. Without the error the same rank idles (`Ok(None)`).
+    #[test]
+    fn a_step_error_stops_a_rank_whose_schedule_only_rejects() {
+        let inp = EngineInput {
+            arrival_ps: &[0],
+            prompt_len: &[100],
+            target: &[1],
+            max_gen: &[1],
+            fork_parent: &[-1],
+            output_seg: &[1 << 63],
+            seg_offsets: &[0, 1],
+            segment_id: &[1],
+            segment_len: &[100],
+        };
+        let cfg = EngineConfig {
+            chunked_prefill: false,
+            max_num_batched_tokens: 32,
+            ..EngineConfig::for_tests(64, 16)
+        };
+        let mut idle = Engine::new(inp, &cfg).unwrap();
+        assert!(matches!(idle.group_plan(), Ok(None)));
+        assert_eq!(idle.num_rejected, 1);
+        let mut stopped = Engine::new(inp, &cfg).unwrap();
+        stopped.stop_after_step("the step's error".into());
+        let err = stopped.group_plan().unwrap_err();
+        assert!(matches!(err, KvError::InvalidArgument(_)), "{err}");
+        assert_eq!(err.to_string(), "the step's error");
+        assert_eq!(stopped.num_rejected, 1);
     }
 }
