@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 import pytest
@@ -370,3 +371,41 @@ def test_python_dash_m_kvsim_runs_the_cli():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: kvsim")
+
+
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_a_run_too_large_for_memory_is_one_line(capsys, command):
+    """rev48 #6: `--requests 1000000000000` ended in numpy's 20-line ArrayMemoryError traceback (exit 1);
+    it is one line saying how much was asked and what to lower, exit status 2, and nothing is printed."""
+    argv = [command, "--num-gpu-blocks-override", "100", "--requests", "1000000000000"]
+    if command == "plan":
+        argv += ["--slo", "ttft_p99:1s"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert re.fullmatch(
+        rf"kvsim {command}: error: out of memory \(unable to allocate [\d.]+ TiB\): this machine cannot hold the "
+        r"run as asked; fewer requests \(--requests\) or a shorter trace\n",
+        err,
+    ), err
+
+
+def test_a_misspelt_workload_parameter_is_named_as_unknown(capsys):
+    """rev48 #7: `sharegpt:arival_rate=1` was refused as "lengths='sharegpt-paper' takes no length_params
+    (the preset sets its lengths)", blaming the preset for a typo; now it is an unknown parameter with the
+    keys it may have meant, and a real length parameter on a preset keeps the preset's refusal."""
+    argv = ["run", "--num-gpu-blocks-override", "100", "--requests", "5", "--workload"]
+    assert main([*argv, "sharegpt:arival_rate=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "unknown parameter 'arival_rate' (did you mean 'arrival_rate'" in err
+    assert "length_params" not in err
+    assert main([*argv, "sharegpt:prompt_len=5"]) == 2
+    assert "lengths='sharegpt-paper' takes no length_params" in capsys.readouterr().err
+    assert main(["sweep", "--grid", "workload.arival_rate=1,2", "--workload", "sharegpt", "--base",
+                 "num_blocks=100", "--requests", "5"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "unknown parameter 'arival_rate'" in err
+    assert main([*argv, "synthetic:lengths=fixed,prompt_len=10,output_len=5"]) == 0

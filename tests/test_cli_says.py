@@ -327,7 +327,7 @@ def test_a_run_in_which_no_step_ran_shows_no_means(capsys):
         "KV utilization (tokens stored)",
         "mean batch (per step)",
         "prefix hit rate",
-        "blocks saved by sharing",
+        "blocks saved by sharing (mean)",
     ):
         assert rows[label].startswith("-"), (label, rows[label])
     assert rows["peak batch"] == "0 sequences"
@@ -605,3 +605,23 @@ def test_a_hybrid_pools_block_adds_up_and_an_alias_is_named_as_given(capsys):
     out = capsys.readouterr().out
     assert "; deepseek-v3 68.6 KiB per token" in out
     assert "architecture)" not in out
+
+
+def test_hit_rates_read_off_without_prefix_caching(capsys):
+    """rev48 #8: with `--no-enable-prefix-caching` the cache group printed "prefix hit rate 0.0 %" as if
+    measured; it reads "off". With caching on, the same run's rates are numbers."""
+
+    def cache_rows(*flags: str) -> dict[str, str]:
+        argv = ["run", "--num-gpu-blocks-override", "400", "--workload", "sharegpt", "--requests", "40"]
+        assert main([*argv, *flags]) == 0
+        rows = {}
+        for line in capsys.readouterr().out.split("== cache ==")[1].split("==")[0].splitlines():
+            parts = re.split(r"\s{2,}", line.strip())
+            if len(parts) == 2:
+                rows[parts[0]] = parts[1]
+        return rows
+
+    off = cache_rows("--no-enable-prefix-caching")
+    assert off["prefix hit rate"] == off["prefix hit rate (first admissions)"] == "off"
+    on = cache_rows()
+    assert re.fullmatch(r"\d+\.\d %", on["prefix hit rate"]), on

@@ -220,7 +220,7 @@ def test_state_layers_preset_holds_one_block_per_state_group():
     # The state's bytes as the derivation writes them (vLLM's gated-delta-net state shape, bf16).
     assert 8192 * 3 * 2 + 32 * 16384 * 2 == lay["groups"][0]["state_bytes"] == 1_097_728
     assert (
-        "conv 8,192 channels × 3 × 2 B + SSM 32 heads × 16,384 × 2 B = 1,097,728 B"
+        "conv 8,192 channels × 3 × 2 bytes + SSM 32 heads × 16,384 × 2 bytes = 1,097,728 bytes"
         in lay["groups"][0]["page_formula"]
     )
     assert any("544" in u for u in lay["unify"])
@@ -310,7 +310,8 @@ def test_layout_is_vllms_and_the_pool_is_memory():
     assert got["groups"][0]["layer_ids"] == list(range(0, 24, 2))
     assert got["groups"][0]["blocks_per_request"] == -(-127 // 16) + 1
     assert (
-        got["groups"][1]["page_formula"] == "16 tokens × 2 (K, V) × 8 KV heads × 64 head dim × 2 B = 32,768 B"
+        got["groups"][1]["page_formula"]
+        == "16 tokens × 2 (K, V) × 8 KV heads × 64 head dim × 2 bytes = 32,768 bytes"
     )
     assert got["attention_layers"] == 24
     assert b["model"]["full_attention_bytes_per_token"] == 24 * 2 * 8 * 64 * 2

@@ -226,9 +226,9 @@ def test_the_ttft_split_adds_up_and_the_links_queue(backend):
     assert sum(x["pd_link_busy_ps"] for x in c) == transfers * round(latency_s * 1e12) + blocks * per_block
     assert r.summary["pd_transfers"] == transfers > 0
     assert 0 < r.summary["pd_link_utilization"] <= 1
-    assert 0 < r.summary["prefill_pool_utilization"] <= 1
+    assert 0 < r.summary["prefill_busy_fraction"] <= 1
     assert r.summary["ttft_transfer_p99_s"] >= r.summary["ttft_transfer_p50_s"] > 0
-    util = (r.summary["prefill_pool_utilization"], r.summary["decode_pool_utilization"])
+    util = (r.summary["prefill_busy_fraction"], r.summary["decode_busy_fraction"])
     assert r.summary["pd_pool_imbalance"] == max(util) / min(util) >= 1
     # Prefill replicas generate one token a request; decode replicas the rest.
     assert all(x["num_steps"] > 0 for x in r.prefill_counters)

@@ -188,7 +188,7 @@ def test_derivation_gives_per_group_bytes_and_the_pool(sized_lab: LabPage, name:
     layout = b["layout"]
     for g in layout["groups"]:
         assert g["page_formula"] in text
-        assert f"({g['bytes_per_block']:,} B)" in text
+        assert f"({g['bytes_per_block']:,} bytes)" in text
     assert b["bpb"] == layout["bytes_per_block"] == max(g["bytes_per_block"] for g in layout["groups"])
     assert b["n"] == b["kv"] // b["bpb"]
     assert f"= {b['n']} blocks" in text

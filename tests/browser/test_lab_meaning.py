@@ -52,6 +52,28 @@ def test_multiplier_compares_sequences_per_byte_and_says_dash_when_undefined(siz
     assert "running sequences" in lab.page.inner_text("#derivation")
 
 
+def test_each_percentage_says_what_it_is_a_share_of(sized_lab: LabPage) -> None:
+    """rev48 #5: the contiguous panel's internal fragmentation (a share of the slots reserved) and external
+    fragmentation (a share of the whole pool) sat side by side with nothing saying which; each now names
+    its base, and the value is that share of it."""
+    lab = sized_lab
+    lab.open(preset="memory-pressure", contiguous_policy="orca-pow2", step=60)
+    snap = python_snapshot(lab.query(), 60)
+    reserved, used = snap["contiguous_reserved_bytes"], snap["contiguous_used_bytes"]
+    assert reserved > used > 0
+    assert lab.value("#contig-internal") == pytest.approx((reserved - used) / reserved, rel=1e-12)
+    assert lab.value("#card-waste") == pytest.approx((reserved - used) / reserved, rel=1e-12)
+    pool = lab.page.evaluate("(b => b.contiguous.capacity_tokens * b.bytes_per_token)(kvlab.replay.bundle)")
+    external = snap["contiguous_external_bytes"]
+    assert 0 < external < reserved  # where a share of the reservation and of the pool differ
+    assert lab.value("#contig-external") == pytest.approx(external / pool, rel=1e-12)
+    note = lambda sel: lab.page.inner_text(f"{sel} + small")  # noqa: E731
+    assert note("#contig-internal").startswith("of the reserved slots")
+    assert note("#contig-external").startswith("of the whole pool")
+    assert lab.page.inner_text("#card-waste + .card-note").startswith("Of the contiguous reservation")
+    assert lab.page.inner_text("#card-slack-note").startswith("Of the paged allocation")
+
+
 BASELINE_TITLES = {
     "static": "static pre-allocation",
     "orca-max": "prompt + max_tokens",

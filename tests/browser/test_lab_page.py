@@ -482,6 +482,14 @@ def test_model_switch_shows_its_own_bytes_and_formula(lab: LabPage, model: str) 
     snap = python_snapshot(lab.query(), lab.step())
     assert snap["bytes_per_token"] == bundle_model["bytes_per_token"]
     assert_cards(lab, snap)
+    # rev48 #4: B is the block's tokens everywhere (the control, ⌈tokens / B⌉, B − 1); bytes are spelled out.
+    bs, bpt, bpb = lab.page.evaluate(
+        "(b => [b.block_size, b.bytes_per_token ?? b.model.bytes_per_token, b.bytes_per_block])(kvlab.replay.bundle)"
+    )
+    assert bpb == bs * bpt
+    assert f"B = {bs} tokens a block × {bpt:,} bytes a token = " in text
+    assert f"({bpb:,} bytes)" in text
+    assert lab.page.text_content("label[for=c-block-size]") == "Block size B (tokens)"
 
 
 @pytest.mark.parametrize(

@@ -205,7 +205,7 @@ def measure(
             if r.value is not None:  # the run at the knee (a probe of the search: from the cache)
                 summary = runs.result(at_rate(workload, r.value), config.replace(replicas=d)).summary
                 at_knee = {
-                    "prefill_utilization_at_knee": summary.get("prefill_pool_utilization"),
+                    "prefill_busy_at_knee": summary.get("prefill_busy_fraction"),
                     "mean_batch_at_knee": summary.get("decode_pool_mean_batch", summary.get("mean_batch")),
                 }
             # A knee is sustained when the run at it lasts at least SUSTAINED x a request's latency bound
@@ -221,7 +221,7 @@ def measure(
                 "violations": len(r.violations), "num_probes": r.probes.height,
                 "run_s_at_knee": run_s, "latency_bound_s": bound_s,
                 "sustained": run_s is not None and run_s >= SUSTAINED * bound_s,
-                "prefill_utilization_at_knee": at_knee.get("prefill_utilization_at_knee"),
+                "prefill_busy_at_knee": at_knee.get("prefill_busy_at_knee"),
                 "mean_batch_at_knee": at_knee.get("mean_batch_at_knee"),
                 "wall_s": time.perf_counter() - t0,
             })  # fmt: skip
@@ -388,7 +388,7 @@ def _why_differs(kind: str, level_rows: pl.DataFrame, lv: Mapping[str, Any]) -> 
         else "knees missing for 1 or 1P:1D"
     )
     best = lv.get("disaggregated")
-    util = None if best is None else rows.get(best[0], {}).get("prefill_utilization_at_knee")
+    util = None if best is None else rows.get(best[0], {}).get("prefill_busy_at_knee")
     busy = (
         f"; the best split's prefill replicas are busy {util:.0%} of the time at {_name(best[0])}'s knee"
         if best and util is not None

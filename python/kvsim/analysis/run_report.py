@@ -340,8 +340,8 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("peak_allocated_fraction", "peak allocated", "%"),
             ("internal_fragmentation", "internal fragmentation / pool", "%"),
             ("internal_fragmentation_of_allocated", "internal fragmentation / allocated", "%"),
-            ("reservation_waste", "reservation waste", "%"),
-            ("external_fragmentation", "external fragmentation", "%"),
+            ("reservation_waste", "reservation waste / pool", "%"),
+            ("external_fragmentation", "external fragmentation / pool", "%"),
             ("mean_batch", "mean batch (per step)", "sequences"),
             ("peak_batch", "peak batch", "sequences"),
         ),
@@ -351,7 +351,7 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
         (
             ("prefix_hit_rate", "prefix hit rate", "%"),
             ("prefix_hit_rate_first_admission", "prefix hit rate (first admissions)", "%"),
-            ("blocks_saved_by_sharing", "blocks saved by sharing", "blocks"),
+            ("blocks_saved_by_sharing", "blocks saved by sharing (mean)", "blocks"),
             ("evictions", EVICTIONS, "blocks"),
             ("cow_copies", "copy-on-write copies", "blocks"),
         ),
@@ -374,7 +374,7 @@ _PD_CACHE = (
     ("decode_prefix_hit_rate", "prefix hit rate, decode replicas", "%"),
     ("prefix_hit_rate", "prefix hit rate, both pools", "%"),
     ("prefix_hit_rate_first_admission", "  first admissions, both pools", "%"),
-    ("blocks_saved_by_sharing", "blocks saved by sharing", "blocks"),
+    ("blocks_saved_by_sharing", "blocks saved by sharing (mean)", "blocks"),
     ("evictions", EVICTIONS, "blocks"),
     ("cow_copies", "copy-on-write copies", "blocks"),
 )
@@ -406,8 +406,10 @@ def render_table(
     pcts: Sequence[float],
     tick: str | None = None,
     replicas: tuple[int, int] = (1, 0),
+    prefix_caching: bool = True,
 ) -> str:
     """The human table: throughput, latency (ms), memory, cache and preemption groups, with units.
+    Without prefix caching (`prefix_caching` False) the hit rates read "off", not a measured 0.0 %.
     `tick` (a run whose time model is ticks: its step's time, `1 ms`) heads the timed groups with it, so
     they read as ticks, not a GPU's time. The memory group's heading says what its figures are: weighted
     over the busy time, and for a fleet (`replicas`: its replicas, and its prefill replicas besides them)
@@ -440,7 +442,9 @@ def render_table(
         # by, no batch and no prompt admitted: the summary's means and rates are None, shown "-"; its peaks
         # and counts are 0, which is true)
         lines += [
-            f"  {label:<36} {_num(values[k], unit):>14} {'' if unit in ('%', 'count') else unit}"
+            f"  {label:<36} {'off':>14}"
+            if not prefix_caching and "prefix_hit_rate" in k
+            else f"  {label:<36} {_num(values[k], unit):>14} {'' if unit in ('%', 'count') else unit}"
             for k, label, unit in shown
         ]
         if title == "cache" and pd:
@@ -663,9 +667,9 @@ PD_KEYS = (
     "decode_prefix_hit_tokens",
     "decode_prompt_tokens",
     "decode_prefix_hit_rate",
-    "decode_pool_utilization",
+    "decode_busy_fraction",
     "decode_pool_mean_batch",
-    "prefill_pool_utilization",
+    "prefill_busy_fraction",
     "prefill_pool_mean_batch",
     "pd_pool_imbalance",
 )
@@ -725,8 +729,8 @@ def render_pd(s: dict[str, Any]) -> str:
         f"  transfers: {s['pd_transfers']:,} ({moved}); link utilisation {fig('pd_link_utilization', '.2f', 100)} %"
     )
     lines.append(
-        f"  busy time (busy / makespan): prefill replicas {fig('prefill_pool_utilization', '.1f', 100)} %, decode replicas "
-        f"{fig('decode_pool_utilization', '.1f', 100)} %; mean batch: prefill {fig('prefill_pool_mean_batch', '.2f')}, "
+        f"  busy time (busy / makespan): prefill replicas {fig('prefill_busy_fraction', '.1f', 100)} %, decode replicas "
+        f"{fig('decode_busy_fraction', '.1f', 100)} %; mean batch: prefill {fig('prefill_pool_mean_batch', '.2f')}, "
         f"decode {fig('decode_pool_mean_batch', '.2f')}"
     )
     ratio = s["pd_pool_imbalance"]

@@ -52,8 +52,8 @@ SHARE_METRICS: frozenset[str] = frozenset(
         "cpu_tier_occupancy",
         "cpu_tier_peak_occupancy",
         "pd_link_utilization",
-        "decode_pool_utilization",
-        "prefill_pool_utilization",
+        "decode_busy_fraction",
+        "prefill_busy_fraction",
         "slo_attainment",
     }
 )

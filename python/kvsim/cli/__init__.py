@@ -740,6 +740,17 @@ SUBCOMMANDS.update(
 )
 
 
+def out_of_memory(exc: MemoryError) -> str:
+    """One line for a run this machine cannot hold (numpy's "Unable to allocate 7.28 TiB for an array with
+    shape ..." says how much; `--requests 1000000000000` once ended in a traceback)."""
+    first = str(exc).split(" for an array", 1)[0].strip()
+    asked = f" ({first[0].lower()}{first[1:]})" if first else ""
+    return (
+        f"out of memory{asked}: this machine cannot hold the run as asked; fewer requests (--requests) or a "
+        "shorter trace"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `kvsim` console script: the exit status (2 for any bad input, one line)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -755,6 +766,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return SUBCOMMANDS[args.command][1](args)
     except KvsimError as exc:
         print(f"kvsim {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:
+        print(f"kvsim {args.command}: error: {out_of_memory(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"kvsim {args.command}: interrupted", file=sys.stderr)
@@ -786,4 +800,7 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
         return cmd_sweep(args)
     except KvsimError as exc:
         print(f"bench.sweep: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:
+        print(f"bench.sweep: error: {out_of_memory(exc)}", file=sys.stderr)
         return 2

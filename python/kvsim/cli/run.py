@@ -704,7 +704,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         tick = fmt_duration_ps(config.iteration_time_ps) if config.time_model == "ticks" else None
         scope = (config.replicas, config.prefill_replicas)
-        print(render_table(serving, result.summary, pct_metrics, pcts, tick, scope))
+        caching = config.enable_prefix_caching
+        print(render_table(serving, result.summary, pct_metrics, pcts, tick, scope, prefix_caching=caching))
         for section in (render_groups(config, result.summary), render_tier(config, result.summary)):
             if section:
                 print(section)

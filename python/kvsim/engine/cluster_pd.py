@@ -283,11 +283,11 @@ def _pd_result(
     for pool, cs in (("decode", decode_c), ("prefill", prefill_c)):
         busy = sum(c["busy_ps"] for c in cs)
         steps = sum(c["num_steps"] for c in cs)
-        s[f"{pool}_pool_utilization"] = over(busy, len(cs) * makespan)
+        s[f"{pool}_busy_fraction"] = over(busy, len(cs) * makespan)
         s[f"{pool}_pool_mean_batch"] = over(sum(c["sum_batch"] for c in cs), steps)
-    # The imbalance between the pools: the busier pool's utilisation over the idler's (1: balanced;
+    # The imbalance between the pools: the busier pool's busy fraction over the idler's (1: balanced;
     # None: one pool never stepped while the other did, or no time passed).
-    pools = (s["prefill_pool_utilization"], s["decode_pool_utilization"])
+    pools = (s["prefill_busy_fraction"], s["decode_busy_fraction"])
     hi, lo = (max(pools), min(pools)) if None not in pools else (None, None)
     s["pd_pool_imbalance"] = None if hi is None else hi / lo if lo else (1.0 if hi == 0 else None)
     return requests

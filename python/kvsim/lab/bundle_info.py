@@ -26,16 +26,16 @@ def _model_info(cfg: SimConfig) -> dict[str, Any]:
     if m.is_mla:
         formula = (
             f"{m.num_layers} layers × ({m.kv_lora_rank} latent + {m.qk_rope_head_dim} rope) × "
-            f"{dtype_bytes:g} B = {bpt:,} B ({_human(bpt)}) per token (MLA: one latent, not K and V per head)"
+            f"{dtype_bytes:g} bytes = {bpt:,} bytes ({_human(bpt)}) per token (MLA: one latent, not K and V per head)"
         )
     else:
         formula = (
             f"2 × {m.num_layers} layers × {m.num_kv_heads} KV heads × {m.head_dim} head dim × "
-            f"{dtype_bytes:g} B = {bpt:,} B ({_human(bpt)}) per token"
+            f"{dtype_bytes:g} bytes = {bpt:,} bytes ({_human(bpt)}) per token"
         )
     if cfg.kv_groups:
         formula = (
-            f"{_human(cfg.pool.layout.bytes_per_block)} per block ÷ {cfg.engine_block_size} tokens = {bpt:,} B "
+            f"{_human(cfg.pool.layout.bytes_per_block)} per block ÷ {cfg.engine_block_size} tokens = {bpt:,} bytes "
             f"({_human(bpt)}) per token slot of a block; every attention layer keeping every token"
             + (" (its state layers keep none)" if any(lay.kind == "mamba" for lay in m.layers) else "")
             + " would keep "
@@ -101,8 +101,8 @@ def _layout_info(cfg: SimConfig, kv_bytes: int | None) -> dict[str, Any] | None:
             ssm_bits = st.ssm_bits or weight_bits
             info["state_bytes"] = state_bytes
             info["page_formula"] = (
-                f"one request's state: conv {conv:,} channels × {st.conv_width} × {weight_bits // 8} B + SSM "
-                f"{st.ssm_heads // tp} heads × {st.ssm_per_head:,} × {ssm_bits // 8} B = {state_bytes:,} B, "
+                f"one request's state: conv {conv:,} channels × {st.conv_width} × {weight_bits // 8} bytes + SSM "
+                f"{st.ssm_heads // tp} heads × {st.ssm_per_head:,} × {ssm_bits // 8} bytes = {state_bytes:,} bytes, "
                 "padded to the attention page"
             )
             info["blocks_per_request"] = 1
@@ -116,7 +116,7 @@ def _layout_info(cfg: SimConfig, kv_bytes: int | None) -> dict[str, Any] | None:
                 else f"{spec.block_size} tokens × 2 (K, V) × {heads} KV heads × {width} head dim"
                 if first.v_head_dim is None or first.v_head_dim == width
                 else f"{spec.block_size} tokens × {heads} KV heads × ({width} K + {first.v_head_dim} V)"
-            ) + f" × {bits // 8} B = {page:,} B"
+            ) + f" × {bits // 8} bytes = {page:,} bytes"
             if grp.kind == "sliding_window":
                 info["blocks_per_request"] = -(-(grp.window - 1) // spec.block_size) + 1
         groups.append(info)

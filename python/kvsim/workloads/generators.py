@@ -88,7 +88,7 @@ LENGTH_KINDS = (
     "empirical",
 )
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "all-at-once")
-_PARAMS: dict[str, tuple[str, ...]] = {
+LENGTH_PARAMS: dict[str, tuple[str, ...]] = {
     "sharegpt-paper": (),
     "alpaca-paper": (),
     "sharegpt-real": ("path",),
@@ -291,14 +291,14 @@ def _draw_lengths(
     """`n` (prompt, output) length pairs; see the module docstring for each kind."""
     if kind not in LENGTH_KINDS:
         raise InvalidArgumentError(f"lengths {kind!r} is not one of {LENGTH_KINDS}")
-    unknown = sorted(set(params) - set(_PARAMS[kind]))
+    unknown = sorted(set(params) - set(LENGTH_PARAMS[kind]))
     if unknown:
         named = ", ".join(map(repr, unknown))
-        if not _PARAMS[kind]:
+        if not LENGTH_PARAMS[kind]:
             raise InvalidArgumentError(
                 f"lengths={kind!r} takes no length_params (the preset sets its lengths), not {named}"
             )
-        raise InvalidArgumentError(f"lengths={kind!r} takes length_params {_PARAMS[kind]}, not {named}")
+        raise InvalidArgumentError(f"lengths={kind!r} takes length_params {LENGTH_PARAMS[kind]}, not {named}")
     if kind in PAPER_PRESETS or kind == "lognormal":
         if kind in PAPER_PRESETS:
             pm, om = PAPER_PRESETS[kind]

@@ -78,12 +78,33 @@ def check_param(label: str, key: str, value: Any, *, synthetic: bool) -> Any:
             f"workload {label!r}: {key!r} is not a trace parameter ({', '.join(TRACE_PARAMS)})"
         )
     if kind is None:  # a length_params key: a number or an a/b range of numbers
+        _check_length_key(label, key)
         kind = "length"
     try:
         return _convert(key, value, kind)
     except InvalidArgumentError as exc:
         where = label if label.startswith(("--", "[")) else f"workload {label!r}"
         raise InvalidArgumentError(f"{where}: {exc}") from None
+
+
+def _check_length_key(label: str, key: str) -> None:
+    """A key neither `synthetic()`'s nor a trace's must be some length distribution's parameter: a typo
+    (`arival_rate`) is named as unknown, with the keys it may have meant, not blamed on the preset's lengths."""
+    import difflib
+
+    from kvsim.workloads.generators import LENGTH_PARAMS
+
+    lengths = sorted({k for keys in LENGTH_PARAMS.values() for k in keys})
+    if key in lengths:
+        return
+    known = [*SYNTHETIC_PARAMS, *TRACE_PARAMS, *lengths]
+    close = difflib.get_close_matches(key, known, n=3)
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    where = label if label.startswith(("--", "[")) else f"workload {label!r}"
+    raise InvalidArgumentError(
+        f"{where}: unknown parameter {key!r} ({hint}a generated workload takes {', '.join(SYNTHETIC_PARAMS)}, "
+        f"{', '.join(TRACE_PARAMS)} and its lengths' parameters: {', '.join(lengths)})"
+    )
 
 
 def plain_number(value: Any) -> Any:

@@ -112,7 +112,7 @@ export class Inspector {
       ${heldNote}
       <dl class="kv">
         <dt>Base offset</dt><dd class="mono" id="insp-offset" data-offset="${offset}">${hex(offset, width)}
-          <small>(${bytes(offset)} mark · ${int(bpb)} B per block)</small></dd>
+          <small>(${bytes(offset)} mark · ${int(bpb)} bytes per block)</small></dd>
         ${track.groups ? `<dt>KV-cache group</dt><dd id="insp-group" data-group="${blk.group}">${group
           ? `G${blk.group} · ${esc(group.label)} · ${int(group.num_layers)} layers: a page in each (${bytes(group.page_bytes)})`
           : '<span class="hint">none (free)</span>'}</dd>` : ""}

@@ -103,7 +103,7 @@ export class Panels {
       ? "Sequences paging fits in the memory one contiguous sequence holds, each side’s batch at the same instant t (— when a side runs nothing)"
       : "— here: no contiguous baseline for a hybrid model";
     $("card-waste").closest(".card").querySelector(".card-note").textContent = b.contiguous
-      ? "Reserved for tokens not (yet) generated" : "— here: no contiguous baseline for a hybrid model";
+      ? "Of the contiguous reservation: slots for tokens not (yet) generated" : "— here: no contiguous baseline for a hybrid model";
   }
 
   /** Redraw the top of the panels at the replay's step: the cards, each track's headline figure and its
@@ -119,8 +119,8 @@ export class Panels {
     const bound = r.metric("paged_tail_slack_bound_bytes");
     const per = r.groups ? "< B tokens per sequence and attention group" : "< B tokens per sequence";
     setText($("card-slack-note"), bound !== null
-      ? `Only tail blocks have slack: ${bytes(r.metric("paged_tail_slack_bytes"))} ≤ bound ${bytes(bound)} (${per})`
-      : `Only the tail block of a sequence has slack (${per})`);
+      ? `Of the paged allocation; only tail blocks have slack: ${bytes(r.metric("paged_tail_slack_bytes"))} ≤ bound ${bytes(bound)} (${per})`
+      : `Of the paged allocation; only the tail block of a sequence has slack (${per})`);
     setMetric($("contig-reserved"), r, "contiguous_reserved_bytes", bytes);
     setMetric($("paged-allocated"), r, "paged_allocated_bytes", bytes);
     this.renderBatch($("paged-batch"), r.paged, r.step);
@@ -315,10 +315,10 @@ export class Panels {
           "(with prefix caching, the step after it starts from a cached state, that one too)"
           : "; a request holds ⌈tokens / B⌉ of them";
       return `<li data-group="${g.index}"><b>G${g.index} ${esc(g.label)}</b>: ${esc(layers)} (${esc(list)}); one layer’s page ` +
-        `<span class="mono formula">${esc(g.page_formula)}</span>${g.page_bytes !== (g.state_bytes ?? g.page_bytes) ? ` → ${int(g.page_bytes)} B` : ""}; ` +
+        `<span class="mono formula">${esc(g.page_formula)}</span>${g.page_bytes !== (g.state_bytes ?? g.page_bytes) ? ` → ${int(g.page_bytes)} bytes` : ""}; ` +
         // (the page in bytes: 12 × 1.06 MiB read as 12.72, where the page is 1.0625 MiB and the block 12.75)
-        `a block = ${int(g.num_layers)} layers × ${int(g.page_bytes)} B = <b>${bytes(g.bytes_per_block)}</b>` +
-        ` (${int(g.bytes_per_block)} B)${per}.</li>`;
+        `a block = ${int(g.num_layers)} layers × ${int(g.page_bytes)} bytes = <b>${bytes(g.bytes_per_block)}</b>` +
+        ` (${int(g.bytes_per_block)} bytes)${per}.</li>`;
     }).join("");
     const pool = b.kv_cache_bytes !== null && b.kv_cache_bytes !== undefined
       ? `KV cache ${bytes(b.kv_cache_bytes)} ÷ ${bytes(b.bytes_per_block)} per block = <b>${int(b.num_blocks)} blocks</b>` +
@@ -364,8 +364,8 @@ export class Panels {
     const v = (name) => `<span data-deriv="${name}"></span>`;
     const items = b.layout ? this._hybridItems(v) : [
       `<b>Bytes per token</b> (${esc(m.name || "model")}, ${arch}): <span class="mono formula">${esc(m.formula || "—")}</span>`,
-      `<b>Bytes per block</b>: B = ${int(b.block_size)} tokens × ${int(bpt)} B = <b>${bytes(b.bytes_per_block)}</b>` +
-        ` (${int(b.bytes_per_block)} B); the pool has ${int(b.num_blocks)} blocks (block 0 is vLLM’s null block)` +
+      `<b>Bytes per block</b>: B = ${int(b.block_size)} tokens a block × ${int(bpt)} bytes a token = <b>${bytes(b.bytes_per_block)}</b>` +
+        ` (${int(b.bytes_per_block)} bytes); the pool has ${int(b.num_blocks)} blocks (block 0 is vLLM’s null block)` +
         ` = ${bytes(b.num_blocks * b.bytes_per_block)}.`,
       `<b>Contiguous</b> (${esc(b.query.contiguous_policy || b.contiguous.policy)}) reserves each request’s whole region when it starts:` +
         ` <b>${v("contiguous_reserved_bytes")}</b> at step <span data-deriv="step"></span>, of which ${v("contiguous_used_bytes")} hold computed tokens.`,
