@@ -128,6 +128,22 @@ def test_a_group_schedules_each_rank_a_step_ahead(backend):
     assert list(sync["finish"]) == [13_130 * US, 12_110 * US, 13_130 * US]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rank_that_ran_a_dummy_batch_has_no_step_in_flight(backend):
+    """1 ms ticks, two ranks: A (from 0, 5 tokens) and C on rank 0, B on rank 1, B and C arriving at 1.5 ms.
+    Rank 0 has its step 1 in flight when step 2 is scheduled (at 1 ms), so C joins step 3 (scheduled at
+    2 ms). Rank 1 ran dummy batches, which vLLM's `run_busy_loop` executes outside the batch queue: nothing
+    of its own is in flight, so B joins step 2 at 2 ms, as synchronous scheduling has it."""
+    cfg = kvsim.SimConfig(num_blocks=100, block_size=16, max_num_seqs=4)
+    w = rows([0, 1.5, 1.5], [4, 4, 4], [5, 2, 2])
+    cols, _ = fleet_run(w, cfg.replace(async_scheduling=True), 2, 2, backend)
+    sync, _ = fleet_run(w, cfg, 2, 2, backend)
+    assert list(cols["replica"]) == [0, 1, 0]
+    assert list(cols["first_scheduled"]) == [0, 2 * MS, 3 * MS]
+    assert list(sync["first_scheduled"]) == [0, 2 * MS, 2 * MS]
+    assert list(cols["finish"]) == [5 * MS, 4 * MS, 5 * MS]
+
+
 def test_a_fleet_takes_the_knob_and_a_disaggregated_fleet_is_refused():
     cfg = kvsim.SimConfig(num_blocks=100, async_scheduling=True, replicas=3)
     assert cfg.replicas == 3
