@@ -1,9 +1,16 @@
-"""The engine rule `async_scheduling` (DESIGN.md §Engine, "Asynchronous scheduling") on the validation's
-single-engine runs: LLMServingSim's real vLLM 0.19.0 runs (`kvsim.analysis.validate`, calibrated roofline)
-replayed from the engine core's `queued_ts` and from the front end's `arrival_time` put on the engine's
-clock (`bench.async_admission.front_end_arrivals`), with synchronous scheduling and with the rule. A run of
-data-parallel ranks (a fleet: Qwen3-30B-A3B's) is listed, not replayed: the rule is refused for a fleet. It
-prints each run's errors (kvsim - measured) / measured and the median error of the first token of the
+"""The engine rule `async_scheduling` (DESIGN.md §Engine, "Asynchronous scheduling"; §Time model,
+"Qwen3-30B-A3B's TTFT median") on the validation's runs: LLMServingSim's three real vLLM 0.19.0 runs
+(`kvsim.analysis.validate`, calibrated roofline) replayed with synchronous scheduling and with the rule,
+Qwen3-30B-A3B's two DP ranks as one data-parallel group (each rank following the rule on the group's
+clock), from two arrivals:
+
+- the engine core's `queued_ts` (what `kvsim.analysis.validate` replays; the engine core stamps it when it
+  takes the request in, between steps);
+- the front end's `arrival_time` put on the engine's clock (`queued_ts - (queued_ts - arrival_time - min
+  over the run)`: the two clocks are linked by the request taken in soonest after it reached the front
+  end); TTFT is measured from the same arrival on both sides.
+
+It prints each run's errors (kvsim - measured) / measured and the median error of the first token of the
 requests scheduled within 5 ms of being taken in:
 
     PYTHONPATH=$PWD/python python -m bench.async_scheduling
@@ -11,13 +18,61 @@ requests scheduled within 5 ms of being taken in:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 
 import numpy as np
 
-from bench.async_admission import METRICS, _unqueued_in, front_end_arrivals
-from kvsim import simulate
+from kvsim import simulate, simulate_cluster
 from kvsim.analysis import validate as V
+
+METRICS = (
+    ("ttft_mean", "TTFT mean"),
+    ("ttft_p50", "TTFT p50"),
+    ("ttft_p90", "TTFT p90"),
+    ("tpot_mean", "TPOT mean"),
+    ("tpot_p50", "TPOT p50"),
+    ("e2e_mean", "E2E mean"),
+    ("e2e_p50", "E2E p50"),
+    ("itl_mean", "ITL mean"),
+    ("throughput", "tokens/s"),
+)
+
+
+def front_end_arrivals(run: V.Run) -> V.Run:
+    """`run` with the front end's `arrival_time` on the engine's clock as each request's arrival."""
+    rows = [
+        json.loads(line) for line in (run.path / "requests.jsonl").read_text().splitlines() if line.strip()
+    ]
+    col = {
+        k: np.array([float(r[k]) for r in rows])
+        for k in ("arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+    }
+    lag = col["queued_ts"] - col["arrival_time"]
+    arrival = col["queued_ts"] - (lag - lag.min())
+    order = np.argsort(arrival, kind="stable")
+    t0 = arrival.min()
+    return dataclasses.replace(
+        run,
+        arrival=(arrival - t0)[order],
+        scheduled=(col["scheduled_ts"] - t0)[order],
+        first_token=(col["first_token_ts"] - t0)[order],
+        finish=(col["last_token_ts"] - t0)[order],
+        prompt_len=np.array([int(r["input_toks"]) for r in rows])[order],
+        output_len=np.array([int(r["output_toks"]) for r in rows])[order],
+    )
+
+
+def _unqueued_in(run: V.Run) -> np.ndarray:
+    """The requests of `run` (front-end arrivals) scheduled within 5 ms of being taken in."""
+    rows = [
+        json.loads(line) for line in (run.path / "requests.jsonl").read_text().splitlines() if line.strip()
+    ]
+    col = {k: np.array([float(r[k]) for r in rows]) for k in ("arrival_time", "queued_ts", "scheduled_ts")}
+    lag = col["queued_ts"] - col["arrival_time"]
+    order = np.argsort(col["queued_ts"] - (lag - lag.min()), kind="stable")
+    return ((col["scheduled_ts"] - col["queued_ts"]) < 0.005)[order]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,15 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|" + "---:|" * (len(METRICS) + 1))
     for base in V.find_runs():
         cfg = V.config(base, "calibrated")
-        if cfg.replicas > 1:
-            print(f"| {base.name} | a fleet of {cfg.replicas} DP ranks: not replayed (refused) |")
-            continue
+        go = simulate_cluster if cfg.replicas > 1 else simulate
         unqueued = (base.scheduled - base.arrival) < 0.005
         for arrivals, run in (("queued_ts", base), ("front end", front_end_arrivals(base))):
             measured = V.run_metrics(run.arrival, run.scheduled, run.first_token, run.finish, run.output_len)
             mask = unqueued if arrivals == "queued_ts" else _unqueued_in(run)
             for on in (False, True):
-                rows = simulate(V.workload(run), cfg.replace(async_scheduling=on)).requests.sort("request_id")
+                rows = go(V.workload(run), cfg.replace(async_scheduling=on)).requests.sort("request_id")
                 arrival, first = rows["arrival"].to_numpy(), rows["first_token"].to_numpy()
                 sim = V.run_metrics(
                     arrival,

@@ -171,7 +171,7 @@ def test_the_knob_is_off_by_default_and_refused_where_not_modelled():
         ({"preemption": "swap", "cpu_blocks": 4}, "preemption 'swap'"),
         ({"sampling": "fork-cow"}, "sampling 'fork-cow'"),
         ({"append_check": "one-free-block"}, "append_check 'one-free-block'"),
-        ({"replicas": 2}, "replicas 2"),
+        ({"replicas": 2, "prefill_replicas": 1}, "disaggregated fleet (a prefill replica holds"),
         ({"kv_offloading_chunks": 4}, "CPU tier"),
     ):
         with pytest.raises(InvalidArgumentError, match="async_scheduling") as err:

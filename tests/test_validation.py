@@ -139,3 +139,30 @@ def test_the_multi_gpu_runs_assume_host_staging_and_show_p2p_beside_it(results):
         else:
             assert staged.pcie_p2p is None
             assert r["sims"]["calibrated"]["metrics"] == r["sims"]["calibrated-p2p"]["metrics"]
+
+
+@needs_shared
+def test_the_async_option_replays_the_dp_group_with_the_rule(tmp_path):
+    """`--async-scheduling`: the runs of a release that schedules asynchronously (all three are vLLM 0.19.0)
+    are replayed with the rule, Qwen3-30B-A3B's fleet of two DP ranks included; a run of another release is
+    replayed as it is. The rule moves that run's first tokens later (each rank's arrivals join a step later),
+    not its steps' time."""
+    import dataclasses
+
+    runs = {r.name: r for r in v.find_runs()}
+    moe = runs["RTXPRO6000/Qwen3-30B-A3B-Instruct-2507"]
+    assert v.schedules_async(moe)
+    cfg = v.config(moe, "calibrated", async_scheduling=True)
+    assert cfg.async_scheduling
+    assert cfg.replicas == cfg.data_parallel_size == 2
+    assert not v.config(moe, "calibrated").async_scheduling
+    older = dataclasses.replace(moe, meta={**moe.meta, "vllm_version": "0.10.0"})
+    assert not v.config(older, "calibrated", async_scheduling=True).async_scheduling
+    sync = v.simulate_run(moe, "calibrated")["metrics"]
+    asyn = v.simulate_run(moe, "calibrated", async_scheduling=True)["metrics"]
+    assert asyn["ttft_p50"] > sync["ttft_p50"]
+    assert abs(asyn["tpot_mean"] - sync["tpot_mean"]) <= 0.01 * sync["tpot_mean"]
+    out = tmp_path / "v.md"
+    assert v.main(["--async-scheduling", "--output", str(out), "--plot", ""]) == 0
+    assert "Replayed with `--async-scheduling`" in out.read_text()
+    assert (ROOT / "results" / "validation_async.md").read_text() == out.read_text()  # (the committed one)

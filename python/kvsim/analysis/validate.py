@@ -249,8 +249,20 @@ def workload(run: Run) -> Any:
     )
 
 
-def config(run: Run, time_model: str) -> Any:
-    """The run's serving configuration under vLLM 0.19's rules and `time_model` (`TIME_MODELS`)."""
+# vLLM releases checked to schedule asynchronously by default (DESIGN.md §Engine, "Asynchronous scheduling":
+# on for want of an incompatible option, vllm-project/vllm#31998); `--async-scheduling` replays their runs
+# with kvsim's rule on and the others as they are.
+ASYNC_RELEASES = ("0.19.0",)
+
+
+def schedules_async(run: Run) -> bool:
+    """Whether `run`'s vLLM release schedules asynchronously by default (`ASYNC_RELEASES`)."""
+    return str(run.meta.get("vllm_version")) in ASYNC_RELEASES
+
+
+def config(run: Run, time_model: str, async_scheduling: bool = False) -> Any:
+    """The run's serving configuration under vLLM 0.19's rules and `time_model` (`TIME_MODELS`); with
+    `async_scheduling`, the rule on where the run's release schedules asynchronously (`schedules_async`)."""
     from kvsim.model.config import SimConfig
     from kvsim.model.models import resolve
 
@@ -273,6 +285,8 @@ def config(run: Run, time_model: str) -> Any:
         "replicas": dp,
         "router": "least-loaded",
     }
+    if async_scheduling and schedules_async(run):
+        kw["async_scheduling"] = True
     if e.get("max_model_len"):
         kw["max_model_len"] = int(e["max_model_len"])
     if multi_gpu(run) and time_model != "linear":
@@ -310,11 +324,12 @@ def calibration_for(gpu: str) -> str:
     return names[0]
 
 
-def simulate_run(run: Run, time_model: str) -> dict[str, Any]:
-    """kvsim's replay of `run` under `time_model`: its metrics and per-request columns (seconds)."""
+def simulate_run(run: Run, time_model: str, async_scheduling: bool = False) -> dict[str, Any]:
+    """kvsim's replay of `run` under `time_model` (`config`'s `async_scheduling`): its metrics and
+    per-request columns (seconds)."""
     from kvsim import simulate, simulate_cluster
 
-    cfg = config(run, time_model)
+    cfg = config(run, time_model, async_scheduling)
     w = workload(run)
     if cfg.replicas > 1:
         res: Any = simulate_cluster(w, cfg)
@@ -335,12 +350,12 @@ def simulate_run(run: Run, time_model: str) -> dict[str, Any]:
     }
 
 
-def validate(runs: list[Run]) -> dict[str, Any]:
-    """Every run measured and replayed under every time model."""
+def validate(runs: list[Run], async_scheduling: bool = False) -> dict[str, Any]:
+    """Every run measured and replayed under every time model (`config`'s `async_scheduling`)."""
     out = {}
     for run in runs:
         measured = run_metrics(run.arrival, run.scheduled, run.first_token, run.finish, run.output_len)
-        sims = {tm: simulate_run(run, tm) for tm in TIME_MODELS}
+        sims = {tm: simulate_run(run, tm, async_scheduling) for tm in TIME_MODELS}
         out[run.name] = {"run": run, "measured": measured, "sims": sims}
     return out
 
@@ -629,16 +644,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--runs", default=str(RUNS), help="folder of <gpu>/<model>/ runs (default: %(default)s)")
     p.add_argument(
-        "--output", default=str(REPO / "results" / "validation.md"), help="the report (default: %(default)s)"
+        "--output",
+        help="the report (default: results/validation.md; with --async-scheduling results/validation_async.md)",
     )
     p.add_argument(
         "--plot",
-        default=str(REPO / "results" / "plots" / "validation.png"),
-        help="the per-request plot ('' for none)",
+        help="the per-request plot ('' for none; default: results/plots/validation.png, none with --async-scheduling)",
+    )
+    p.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="replay the runs whose vLLM release schedules asynchronously by default "
+        f"({', '.join(ASYNC_RELEASES)}) with kvsim's async_scheduling rule on",
     )
     args = p.parse_args(argv)
+    on = args.async_scheduling
+    if args.output is None:
+        args.output = str(REPO / "results" / ("validation_async.md" if on else "validation.md"))
+    if args.plot is None:
+        args.plot = "" if on else str(REPO / "results" / "plots" / "validation.png")
     try:
-        results = validate(find_runs(Path(args.runs)))
+        results = validate(find_runs(Path(args.runs)), on)
         if not results:
             raise InvalidArgumentError(f"no runs (<gpu>/<model>/requests.jsonl) under {args.runs}")
         plot = None
@@ -646,6 +672,13 @@ def main(argv: list[str] | None = None) -> int:
             plot_requests(results, Path(args.plot))
             plot = _relative(Path(args.plot))
         text = report(results, plot)
+        if on:
+            text = text.replace(
+                "\n\n",
+                "\n\nReplayed with `--async-scheduling`: kvsim's `async_scheduling` rule on for the runs of vLLM "
+                f'{", ".join(ASYNC_RELEASES)} (DESIGN.md §Engine, "Asynchronous scheduling").\n\n',
+                1,
+            )
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text)
     except KvsimError as exc:

@@ -82,6 +82,10 @@ DP_DISAGGREGATED = (
     "together, DESIGN.md §Data-parallel groups)"
 )
 
+PD_ASYNC = (
+    "is not modelled for a disaggregated fleet (a prefill replica holds a finished request's blocks until "
+    "its transfer ends, outside the rule's frees a step later)"
+)
 
 PD_TIER = (
     "kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill pool (the connector "
@@ -549,7 +553,7 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
 
     def _check_async(self) -> None:
         """Refuses `async_scheduling` where kvsim does not model it (DESIGN.md §Engine, "Asynchronous
-        scheduling"): vLLM v0's rules (which it never had), a hybrid model, a CPU tier and a fleet."""
+        scheduling"): vLLM v0's rules (which it never had), a hybrid model, a CPU tier, a prefill pool."""
         if not self.async_scheduling:
             return
         what = "async_scheduling True"
@@ -572,11 +576,8 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
             )
         if self.kv_offloading_chunks:
             raise InvalidArgumentError(f"{what} is not modelled with a CPU tier (kv_offloading_size)")
-        if self.replicas > 1 or self.prefill_replicas:
-            raise InvalidArgumentError(
-                f"{what} is not modelled for a fleet: replicas {self.replicas}, prefill_replicas "
-                f"{self.prefill_replicas} (only one engine)"
-            )
+        if self.prefill_replicas:
+            raise InvalidArgumentError(f"{what} {PD_ASYNC}: prefill_replicas {self.prefill_replicas}")
 
     def _check_hybrid(self) -> None:
         """A model whose KV-cache groups are not one full-attention group runs vLLM v1's hybrid manager

@@ -266,6 +266,9 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                     return
                 continue
             if self.idle:
+                if self.async_prev >= 0:
+                    self.async_prev = -1  # async_scheduling: as in `advance`
+                    continue
                 if self.finished_last:
                     self.tier_empty_step()
                     continue

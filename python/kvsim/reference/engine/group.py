@@ -33,11 +33,24 @@ class Group(State):
         while True:
             self.join_arrivals()
             if self.idle:
+                if self.async_prev >= 0:
+                    self.async_prev = -1  # async_scheduling: as `advance`, arrivals up to the clock join
+                    continue
                 return None
             before = (self.num_rejected, self.c["num_preemptions"])
             scheduled = self.schedule()
+            if self.cfg.async_scheduling:
+                if not scheduled and self.async_prev >= 0:
+                    # An empty batch (as `step`): the rank's step in flight's outputs arrive, and it
+                    # schedules again at the clock, the group step's start.
+                    self.release_retiring()
+                    self.async_prev = -1
+                    continue
+                self.async_prev = self.t if scheduled else -1
             if scheduled:
                 self.log_schedule(scheduled)
+                if self.retiring:
+                    self.release_retiring()  # async_scheduling: after the schedule, as `step`
                 self.planned = scheduled
                 return self.step_time_apart(scheduled), sum(n for _, n in scheduled)
             if before == (self.num_rejected, self.c["num_preemptions"]):

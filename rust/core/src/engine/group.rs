@@ -46,6 +46,10 @@ impl Engine<'_> {
         loop {
             self.join_due();
             if !self.has_work() {
+                if self.async_prev >= 0 {
+                    self.async_prev = -1; // async_scheduling: as `advance`, arrivals up to the clock join
+                    continue;
+                }
                 return Ok(None);
             }
             let before = (self.num_rejected, self.out.counters.num_preemptions);
@@ -67,10 +71,25 @@ impl Engine<'_> {
                     self.discard();
                     return Err(KvError::InvalidOperation("interrupted".into()));
                 }
+                if self.cfg.async_scheduling {
+                    if self.scheduled.is_empty() && self.async_prev >= 0 {
+                        // An empty batch (as `full_step`): the rank's step in flight's outputs arrive,
+                        // and it schedules again at the clock, the group step's start.
+                        self.release_async_done();
+                        self.async_prev = -1;
+                        continue;
+                    }
+                    self.async_prev = if self.scheduled.is_empty() {
+                        -1
+                    } else {
+                        self.t
+                    };
+                }
                 if !self.scheduled.is_empty() {
                     if self.log.is_some() {
                         self.log_schedule(0);
                     }
+                    self.release_async_done(); // async_scheduling: after the schedule, as `full_step`
                     return Ok(Some(self.step_time_apart()));
                 }
             }

@@ -367,7 +367,7 @@ impl Engine<'_> {
 
     /// `async_scheduling`: the requests that finished in the step in flight free their seats and blocks
     /// (in the order they finished) once the next step is scheduled; one a preemption freed only leaves.
-    fn release_async_done(&mut self) {
+    pub(super) fn release_async_done(&mut self) {
         if self.async_done.is_empty() {
             return;
         }
