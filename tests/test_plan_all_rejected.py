@@ -180,3 +180,30 @@ def test_requests_no_replica_can_hold_settle_a_rate_or_replica_search_not_a_memo
     assert own.settled == {}
     assert own.status == "all-rejected"
     assert own.probes.height > 2
+
+
+def test_a_search_failing_to_its_floor_stops_at_the_clocks_floor(capsys):
+    """A rate search that fails at every rate went down to start / 4096, whose arrivals spread past the
+    simulated clock, and ended in the clock's error (exit 2); its default floor is now the lowest rate whose
+    last arrival comes within half the clock's range (`clock_floor`), and the search ends `below-floor`
+    saying so. A floor asked for (--min-rate) below it still gets the clock's error when reached."""
+    import json
+
+    from kvsim.analysis.plan import at_rate, clock_floor, workload_rate
+    from kvsim.cli import main
+    from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+    from kvsim.workloads import synthetic
+
+    argv = ["plan", "--gpu", "a100-40gb", "--num-gpu-blocks-override", "100", "--slo", "ttft_p99:2s"]
+    argv += ["--requests", "2000", "--workers", "1"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "below-floor"
+    w = synthetic(2000, seed=0, arrival_rate=2.0)
+    floor = clock_floor(w, workload_rate(w))
+    assert min(p["rate"] for p in out["probes"]) == pytest.approx(floor, rel=1e-12)
+    assert "the floor is the simulated clock's, not min_rate's" in out["message"]
+    last = float(at_rate(w, floor).arrival[-1])
+    assert last * PS_PER_S == pytest.approx(MAX_TIME_PS / 2, rel=1e-9)
+    assert main([*argv, "--min-rate", str(floor / 4)]) == 2
+    assert "past the simulated clock's range" in capsys.readouterr().err

@@ -37,6 +37,7 @@ in `message` and drawn in the plot.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -711,6 +712,9 @@ def plan(
     start = base if start_rate is None else _check_positive("start_rate", start_rate)
     floor = start / RATE_RANGE if min_rate is None else _check_positive("min_rate", min_rate)
     cap = start * RATE_RANGE if max_rate is None else _check_positive("max_rate", max_rate)
+    by_clock = min_rate is None and floor < clock_floor(workload, base)
+    if by_clock:  # (the default floor would put the arrivals past the clock: the search stops above it)
+        floor = clock_floor(workload, base)
     if not floor < cap:
         raise InvalidArgumentError(f"min_rate {floor:g} must be below max_rate {cap:g}")
     if start_rate is None:  # the workload's own rate, moved into the range asked for
@@ -727,10 +731,29 @@ def plan(
         return at_rate(workload, rate, base), config, {}
 
     aside = _aside(workload, config, probe)
-    return _search(
+    result = _search(
         search, make, run_probe, slos_, "rate", executor, workers, scheduler, _setup(workload, config),
         unservable=aside, settling=settling_reasons(config, probe, pool_varies=False),
     )  # fmt: skip
+    if by_clock and result.status == "below-floor":
+        note = (
+            "the floor is the simulated clock's, not min_rate's (at a lower rate the last of "
+            f"{len(workload):,} arrivals would come past about 26 days, half the clock's range)"
+        )
+        result = dataclasses.replace(result, floor_note=note)
+    return result
+
+
+def clock_floor(workload: Any, base_rate: float) -> float:
+    """The lowest rate a search probes by default: where `workload`'s last arrival, scaled from its
+    `base_rate`, comes at half the simulated clock's range (`MAX_TIME_PS`, about 53 days), leaving the
+    other half for the run to end in. `kvsim plan --num-gpu-blocks-override 100 --slo ttft_p99:2s` failed
+    its way down to start / 4096, whose 10,000 arrivals spread over 58 days, and ended in the clock's
+    error where it should say that no rate passes."""
+    from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+
+    last = float(workload.arrival[-1]) if len(workload) else 0.0
+    return 2.0 * last * base_rate * PS_PER_S / MAX_TIME_PS
 
 
 def _replica_count(config: Any) -> int:

@@ -291,6 +291,9 @@ class PlanResult:
             reason: a prompt that reaches `max_model_len`, which vLLM refuses at its API; more samples
             than running seats): a probe passed if it rejected those and no other, its SLOs judged on the
             rest (`kvsim.analysis.plan.unservable`). Empty when there are none.
+        floor_note: why a rate search's floor is where it is, when not the one asked for (the lowest rate whose
+            arrivals the simulated clock holds: `kvsim.analysis.plan.clock_floor`); said where no rate down to
+            it passed. Empty otherwise.
         settled: where the search stopped before its floor, cap or max_probes because a probe rejected
             every request for reasons that hold at every value searched (`kvsim.analysis.plan.
             settling_reasons`: decided at arrival by the request and one replica's configuration), so that
@@ -309,6 +312,7 @@ class PlanResult:
     setup: str = ""
     unservable: dict[str, int] = field(default_factory=dict)
     settled: dict[str, int] = field(default_factory=dict)
+    floor_note: str = ""
 
     @property
     def rate(self) -> float | None:
@@ -603,7 +607,11 @@ class PlanResult:
                 "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
                 "SLOs; or tighten them, or raise max_rate)",
                 "below-floor": f"fails {slos} at every rate probed, down to the floor {self._fmt(hi)}: "
-                + (self._unloaded_failure() or "no rate meets the SLOs (lower min_rate, or loosen the SLOs)"),
+                + (
+                    self._unloaded_failure()
+                    or self.floor_note
+                    or "no rate meets the SLOs (lower min_rate, or loosen the SLOs)"
+                ),
             }[self.status]
         else:
             what = {
