@@ -4,11 +4,12 @@
 Qwen3-30B-A3B's two DP ranks as one data-parallel group (each rank following the rule on the group's
 clock), from two arrivals:
 
-- the engine core's `queued_ts` (what `kvsim.analysis.validate` replays; the engine core stamps it when it
+- the engine core's `queued_ts` (what `kvsim.analysis.validate` replays without `--async-scheduling`; the engine core stamps it when it
   takes the request in, between steps);
-- the front end's `arrival_time` put on the engine's clock (`queued_ts - (queued_ts - arrival_time - min
-  over the run)`: the two clocks are linked by the request taken in soonest after it reached the front
-  end); TTFT is measured from the same arrival on both sides.
+- the front end's `arrival_time` put on the engine's clock (`kvsim.analysis.validate.front_end_arrivals`,
+  what `validate --async-scheduling` replays: `queued_ts - (queued_ts - arrival_time - min over the run)`,
+  the two clocks linked by the request taken in soonest after it reached the front end); TTFT is measured
+  from the same arrival on both sides.
 
 It prints each run's errors (kvsim - measured) / measured and the median error of the first token of the
 requests scheduled within 5 ms of being taken in:
@@ -18,8 +19,6 @@ requests scheduled within 5 ms of being taken in:
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
 
 import numpy as np
@@ -40,41 +39,6 @@ METRICS = (
 )
 
 
-def front_end_arrivals(run: V.Run) -> V.Run:
-    """`run` with the front end's `arrival_time` on the engine's clock as each request's arrival."""
-    rows = [
-        json.loads(line) for line in (run.path / "requests.jsonl").read_text().splitlines() if line.strip()
-    ]
-    col = {
-        k: np.array([float(r[k]) for r in rows])
-        for k in ("arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
-    }
-    lag = col["queued_ts"] - col["arrival_time"]
-    arrival = col["queued_ts"] - (lag - lag.min())
-    order = np.argsort(arrival, kind="stable")
-    t0 = arrival.min()
-    return dataclasses.replace(
-        run,
-        arrival=(arrival - t0)[order],
-        scheduled=(col["scheduled_ts"] - t0)[order],
-        first_token=(col["first_token_ts"] - t0)[order],
-        finish=(col["last_token_ts"] - t0)[order],
-        prompt_len=np.array([int(r["input_toks"]) for r in rows])[order],
-        output_len=np.array([int(r["output_toks"]) for r in rows])[order],
-    )
-
-
-def _unqueued_in(run: V.Run) -> np.ndarray:
-    """The requests of `run` (front-end arrivals) scheduled within 5 ms of being taken in."""
-    rows = [
-        json.loads(line) for line in (run.path / "requests.jsonl").read_text().splitlines() if line.strip()
-    ]
-    col = {k: np.array([float(r[k]) for r in rows]) for k in ("arrival_time", "queued_ts", "scheduled_ts")}
-    lag = col["queued_ts"] - col["arrival_time"]
-    order = np.argsort(col["queued_ts"] - (lag - lag.min()), kind="stable")
-    return ((col["scheduled_ts"] - col["queued_ts"]) < 0.005)[order]
-
-
 def main(argv: list[str] | None = None) -> int:
     del argv
     print(
@@ -86,10 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     for base in V.find_runs():
         cfg = V.config(base, "calibrated")
         go = simulate_cluster if cfg.replicas > 1 else simulate
-        unqueued = (base.scheduled - base.arrival) < 0.005
-        for arrivals, run in (("queued_ts", base), ("front end", front_end_arrivals(base))):
+        for arrivals, run in (("queued_ts", base), ("front end", V.front_end_arrivals(base))):
             measured = V.run_metrics(run.arrival, run.scheduled, run.first_token, run.finish, run.output_len)
-            mask = unqueued if arrivals == "queued_ts" else _unqueued_in(run)
+            mask = (run.scheduled - run.queued) < 0.005
             for on in (False, True):
                 rows = go(V.workload(run), cfg.replace(async_scheduling=on)).requests.sort("request_id")
                 arrival, first = rows["arrival"].to_numpy(), rows["first_token"].to_numpy()

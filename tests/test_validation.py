@@ -4,6 +4,7 @@ are the measured rows' own, and the calibrated roofline meets the 10 % target wh
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -144,9 +145,9 @@ def test_the_multi_gpu_runs_assume_host_staging_and_show_p2p_beside_it(results):
 @needs_shared
 def test_the_async_option_replays_the_dp_group_with_the_rule(tmp_path):
     """`--async-scheduling`: the runs of a release that schedules asynchronously (all three are vLLM 0.19.0)
-    are replayed with the rule, Qwen3-30B-A3B's fleet of two DP ranks included; a run of another release is
-    replayed as it is. The rule moves that run's first tokens later (each rank's arrivals join a step later),
-    not its steps' time."""
+    are replayed with the rule from the front end's arrivals, Qwen3-30B-A3B's fleet of two DP ranks
+    included; a run of another release is replayed as it is. The rule moves that run's first tokens later
+    (each rank's arrivals join a step later), not its steps' time."""
     import dataclasses
 
     runs = {r.name: r for r in v.find_runs()}
@@ -158,6 +159,10 @@ def test_the_async_option_replays_the_dp_group_with_the_rule(tmp_path):
     assert not v.config(moe, "calibrated").async_scheduling
     older = dataclasses.replace(moe, meta={**moe.meta, "vllm_version": "0.10.0"})
     assert not v.config(older, "calibrated", async_scheduling=True).async_scheduling
+    assert v.async_replay(older)[:2] == (older, False)
+    replayed, rule, _ = v.async_replay(moe)
+    assert rule
+    assert replayed.clock == "arrival_time"
     sync = v.simulate_run(moe, "calibrated")["metrics"]
     asyn = v.simulate_run(moe, "calibrated", async_scheduling=True)["metrics"]
     assert asyn["ttft_p50"] > sync["ttft_p50"]
@@ -165,4 +170,74 @@ def test_the_async_option_replays_the_dp_group_with_the_rule(tmp_path):
     out = tmp_path / "v.md"
     assert v.main(["--async-scheduling", "--output", str(out), "--plot", ""]) == 0
     assert "Replayed with `--async-scheduling`" in out.read_text()
+    assert out.read_text().count("Replayed with the rule from the front end's arrivals") == 3
     assert (ROOT / "results" / "validation_async.md").read_text() == out.read_text()  # (the committed one)
+
+
+def _stamps(run: v.Run) -> np.ndarray:
+    """Each request's lengths and engine stamps from its `queued_ts`, in a fixed order of them."""
+    cols = np.stack(
+        [
+            run.prompt_len,
+            run.output_len,
+            run.scheduled - run.queued,
+            run.first_token - run.queued,
+            run.finish - run.queued,
+        ]
+    )
+    return cols[:, np.lexsort(cols[::-1])]
+
+
+@needs_shared
+def test_the_front_ends_arrivals_are_put_on_the_engines_clock():
+    """`front_end_arrivals`: each request's `arrival_time` (wall clock) on the engine's monotonic clock, the
+    two linked by the request taken in soonest: no request is taken in before it arrived, one at once, and
+    every engine stamp keeps its request (the same `queued_ts` to first token and to last token)."""
+    for run in v.find_runs():
+        fe = v.front_end_arrivals(run)
+        assert fe.clock == "arrival_time"
+        assert run.clock == "queued_ts"
+        assert np.array_equal(run.queued, run.arrival)
+        assert fe.arrival[0] == 0.0
+        assert np.all(np.diff(fe.arrival) >= 0)
+        lag = fe.queued - fe.arrival
+        assert lag.min() == pytest.approx(0.0, abs=1e-9)
+        assert np.all(lag >= -1e-9)
+        assert lag.max() > 0.01  # (a step boundary's wait: not the same clock)
+        assert np.allclose(_stamps(run), _stamps(fe), rtol=0, atol=1e-9)
+
+
+@needs_shared
+def test_a_run_without_the_front_ends_arrivals_says_so_and_is_not_replayed_with_the_rule(tmp_path):
+    """A run of an asynchronous release whose rows lack `arrival_time` is replayed from `queued_ts` without
+    the rule (from `queued_ts` the rule counts a step twice), and the report says so; `front_end_arrivals`
+    refuses it by name."""
+    src = v.RUNS / "RTXPRO6000" / "Llama-3.1-8B"
+    dst = tmp_path / "RTXPRO6000" / "Llama-3.1-8B"
+    dst.mkdir(parents=True)
+    (dst / "meta.json").write_text((src / "meta.json").read_text())
+    rows = (src / "requests.jsonl").read_text().splitlines()
+    first = json.loads(rows[0])
+    del first["arrival_time"]
+    (dst / "requests.jsonl").write_text("\n".join([json.dumps(first), *rows[1:]]) + "\n")
+    (run,) = v.find_runs(tmp_path)
+    assert v.missing_front_end(run) == 1
+    with pytest.raises(v.InvalidArgumentError, match="1 of 300 requests have no arrival_time"):
+        v.front_end_arrivals(run)
+    replayed, rule, note = v.async_replay(run)
+    assert replayed is run
+    assert not rule
+    assert "1 of 300 requests have no front-end `arrival_time`" in note
+    out = tmp_path / "v.md"
+    assert v.main(["--runs", str(tmp_path), "--async-scheduling", "--output", str(out), "--plot", ""]) == 0
+    text = out.read_text()
+    assert "1 of 300 requests have no front-end `arrival_time`" in text
+    assert "Replayed with the rule from the front end's arrivals" not in text
+    sync = tmp_path / "sync.md"
+    assert v.main(["--runs", str(tmp_path), "--output", str(sync), "--plot", ""]) == 0
+    # (the same replay as without the option: every table row alike)
+    assert _table_rows(text) == _table_rows(sync.read_text())
+
+
+def _table_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| ")]

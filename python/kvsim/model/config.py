@@ -10,8 +10,9 @@ the choices and limits every layer imports. Field names follow vLLM's spelling w
 knob does and §Defaults lists the table; the defaults are the newest vLLM release's rules and presets give
 older releases' (DESIGN.md §Presets). The time model's methods (`time_model` resolved, its coefficients
 derived, `time_line`) are in `kvsim.model.config_time`, the CPU tier's sizing in `kvsim.model.config_tier`,
-its dictionaries (`to_dict`, `resolved`, `describe`, `from_dict`) in `kvsim.model.config_dict`: base classes of
-`SimConfig`.
+its dictionaries (`to_dict`, `resolved`, `describe`, `from_dict`) in `kvsim.model.config_dict`, the
+cross-knob checks (combinations, parallelism, DP groups, the hybrid manager's values, `async_scheduling`) in
+`kvsim.model.config_checks`: base classes of `SimConfig`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ from typing import Any
 
 from kvsim.arguments import keyword_check
 from kvsim.errors import InvalidArgumentError, KvsimError
+from kvsim.model.config_checks import (
+    DP_DISAGGREGATED,
+    HYBRID_ONLY,
+    PD_ASYNC,
+    PD_TIER,
+    ConfigChecks,
+    check_whole_dp_groups,
+)
 from kvsim.model.config_dict import DERIVED_FIELDS as _DERIVED
 from kvsim.model.config_dict import ConfigDict
 from kvsim.model.config_tier import ConfigCpuTier
@@ -64,48 +73,9 @@ DEFAULT_BLOCK_SIZE = 16  # vLLM's CacheConfig.DEFAULT_BLOCK_SIZE
 KNOB_DEFAULT_TOKENS = 8192
 KNOB_DEFAULT_SEQS = 256
 
-# The knobs vLLM's hybrid KV-cache manager (v1) fixes for a model whose KV-cache groups are not one
-# full-attention group, and the only value each takes then (`SimConfig._check_hybrid`; the lab's page
-# disables the other values with this table, `kvsim.lab.query.requires`).
-HYBRID_ONLY: dict[str, str] = {
-    "policy": "vllm",
-    "preemption": "recompute",
-    "sampling": "independent",
-    "append_check": "exact",
-    "watermark_rule": "while-running",
-}
-
-
-# A disaggregated fleet of DP ranks: refused (`SimConfig`, `kvsim.engine.cluster`'s prefill_config).
-DP_DISAGGREGATED = (
-    "a disaggregated fleet of data-parallel ranks is not modelled (a mixture-of-experts model's DP ranks step "
-    "together, DESIGN.md §Data-parallel groups)"
-)
-
-PD_ASYNC = (
-    "is not modelled for a disaggregated fleet (a prefill replica holds a finished request's blocks until "
-    "its transfer ends, outside the rule's frees a step later)"
-)
-
-PD_TIER = (
-    "kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill pool (the connector "
-    "and the tier would share the held queue)"
-)
-
-
-def check_whole_dp_groups(n: int, dp: int) -> None:
-    """Refuses `n` > 1 replicas that are not whole DP groups of `dp` ranks (`SimConfig` of one config,
-    `kvsim.engine.cluster.dp_group` of a list)."""
-    if n > 1 and dp > 1 and n % dp:
-        raise InvalidArgumentError(
-            f"replicas {n} with data_parallel_size {dp}: a mixture-of-experts model's DP ranks step together "
-            f"in groups of {dp} (DESIGN.md §Data-parallel groups), so replicas must be 1 (one rank's engine) "
-            f"or a multiple of {dp}"
-        )
-
 
 @dataclass(frozen=True)
-class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
+class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     """A simulation configuration; construct with keywords (all validated), or from a preset.
 
     Placement (`first-fit` or `buddy`) is how contiguous policies place their regions; paged policies
@@ -396,33 +366,6 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
         if self.max_model_len is None and self.model is not None:
             object.__setattr__(self, "max_model_len", resolve_model_len(self.model))
 
-    def _check_combinations(self) -> None:
-        if self.policy == "static" and self._given.get("max_model_len") is None:  # type: ignore[attr-defined]
-            # (given, not the model's context it defaults to: a region of 40,960 tokens a request for
-            # Qwen3-8B would refuse every request the pool cannot hold whole, for a default nobody chose)
-            raise InvalidArgumentError(
-                "policy 'static' reserves max_model_len per request: set max_model_len (--max-model-len)"
-            )
-        if self.append_check == "one-free-block" and self.policy != "vllm":
-            raise InvalidArgumentError(
-                f"append_check 'one-free-block' applies to policy 'vllm', not {self.policy!r}"
-            )
-        if self.sampling == "fork-cow" and self.policy != "vllm":
-            raise InvalidArgumentError(f"sampling 'fork-cow' applies to policy 'vllm', not {self.policy!r}")
-        if self.sampling == "fork-cow" and self.max_num_batched_tokens < self.max_num_seqs:
-            # A sample group decodes whole (a token per sample) and can hold max_num_seqs samples.
-            raise InvalidArgumentError(
-                f"sampling 'fork-cow' needs max_num_batched_tokens >= max_num_seqs (vLLM v0's rule), got "
-                f"max_num_batched_tokens {self.max_num_batched_tokens} < max_num_seqs {self.max_num_seqs}"
-            )
-        if self.preemption == "auto" and self.policy != "vllm":
-            raise InvalidArgumentError(f"preemption 'auto' applies to policy 'vllm', not {self.policy!r}")
-        if self.swap_space_bytes is not None and self.cpu_blocks:
-            raise InvalidArgumentError(
-                f"swap_space_bytes {self.swap_space_bytes} and cpu_blocks {self.cpu_blocks} both size the CPU "
-                "pool: give one of them"
-            )
-
     def _check_time_fields(self) -> None:
         """Refuses a time model's field the resolved time model does not read (a value the run would not
         read is refused, not dropped): the linear coefficients under ticks or the roofline, and
@@ -444,60 +387,6 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
                 f"iteration_time_ps {fmt_duration_ps(self.iteration_time_ps)}: only time_model 'ticks' reads "
                 f"it, and this config's time model is {tm!r}"
             )
-
-    def _check_parallelism(self) -> None:
-        """Refuses data and expert parallelism where kvsim models nothing of them (DESIGN.md §Defaults and
-        sizing): a dense model's DP rank is an engine of its own (kvsim simulates one), so
-        `data_parallel_size` is read only for a mixture-of-experts model, whose routed experts vLLM spreads
-        over every rank's GPUs (each expert split over tp x dp of them, or whole ones under
-        `enable_expert_parallel`), and `enable_expert_parallel` only for a model with experts."""
-        from kvsim.model.models import resolve
-
-        experts = 0
-        name = None
-        if self.model is not None:
-            m = resolve(self.model)
-            experts, name = m.num_experts, m.name
-        if self.enable_expert_parallel and not experts:
-            whose = f"model {name} is dense (no experts)" if name is not None else "no model is given"
-            raise InvalidArgumentError(
-                f"enable_expert_parallel: {whose}; expert parallelism spreads a mixture-of-experts model's "
-                "experts over GPUs and does nothing here"
-            )
-        dp = self.data_parallel_size
-        if dp > 1 and not experts:
-            whose = "no model is given" if name is None else f"model {name} is dense"
-            raise InvalidArgumentError(
-                f"data_parallel_size {dp}: {whose}, so each DP rank is an independent engine kvsim would "
-                f"simulate as one; use replicas {dp} (--replicas {dp}) for a fleet of them behind a router "
-                "(a mixture-of-experts model's DP ranks share its experts, which kvsim models)"
-            )
-
-    def _check_dp_groups(self) -> None:
-        """Refuses what a fleet of DP groups (D > 1 ranks a group, DESIGN.md §Data-parallel groups) cannot be."""
-        dp, n = self.data_parallel_size, self.replicas
-        if dp <= 1:
-            return
-        if self.prefill_replicas:
-            # (whatever the decode replicas: a prefill pool of DP ranks would step apart, which vLLM's don't)
-            raise InvalidArgumentError(
-                f"prefill_replicas {self.prefill_replicas} with data_parallel_size {dp}: {DP_DISAGGREGATED}"
-            )
-        if n <= 1:
-            return
-        check_whole_dp_groups(n, dp)
-        if self.kv_offloading_chunks:
-            raise InvalidArgumentError(
-                f"kv_offloading_size with data_parallel_size {dp} and replicas {n}: a CPU tier on the ranks "
-                "of a DP group is not modelled (its stores lengthen and stall a rank's steps)"
-            )
-
-    def _check_pd_tier(self) -> None:
-        """Refuses a CPU tier on a disaggregated fleet's decode replicas (DESIGN.md §Prefill/decode
-        disaggregation: not modelled; a prefill pool's own config with a tier, `prefill_config`, is refused
-        by `simulate_cluster`, which reads it as one)."""
-        if self.prefill_replicas and self.kv_offloading_chunks:
-            raise InvalidArgumentError(f"prefill_replicas {self.prefill_replicas}: {PD_TIER}")
 
     def _size(self) -> None:
         from kvsim.model.sizing import size_pool
@@ -550,59 +439,6 @@ class SimConfig(ConfigTimeModel, ConfigCpuTier, ConfigDict):
         self._check_hybrid()
         self._size_cpu_tier()
         self._check_async()
-
-    def _check_async(self) -> None:
-        """Refuses `async_scheduling` where kvsim does not model it (DESIGN.md §Engine, "Asynchronous
-        scheduling"): vLLM v0's rules (which it never had), a hybrid model, a CPU tier, a prefill pool."""
-        if not self.async_scheduling:
-            return
-        what = "async_scheduling True"
-        for knob, v1 in (
-            ("policy", "vllm"),
-            ("preemption", "recompute"),
-            ("sampling", "independent"),
-            ("append_check", "exact"),
-        ):
-            value = getattr(self, knob)
-            if value != v1:
-                raise InvalidArgumentError(
-                    f"{what} takes vLLM v1's rules: {knob} {value!r} does not apply (only {v1!r})"
-                )
-        layout = self.pool.layout
-        if layout is not None and not layout.single_full:
-            name = getattr(self.model, "name", self.model)
-            raise InvalidArgumentError(
-                f"{what} is not modelled for a hybrid model ({name} has {layout.describe()})"
-            )
-        if self.kv_offloading_chunks:
-            raise InvalidArgumentError(f"{what} is not modelled with a CPU tier (kv_offloading_size)")
-        if self.prefill_replicas:
-            raise InvalidArgumentError(f"{what} {PD_ASYNC}: prefill_replicas {self.prefill_replicas}")
-
-    def _check_hybrid(self) -> None:
-        """A model whose KV-cache groups are not one full-attention group runs vLLM v1's hybrid manager
-        (DESIGN.md §Hybrid attention): only v1's rules apply to it."""
-        layout = self.pool.layout
-        if layout is None or layout.single_full:
-            return
-        name = getattr(self.model, "name", self.model)
-        what = f"model {name} has {layout.describe()}: vLLM's hybrid KV-cache manager (v1) serves it, so"
-        for knob, v1 in HYBRID_ONLY.items():
-            value = getattr(self, knob)
-            if value != v1:
-                raise InvalidArgumentError(f"{what} {knob} {value!r} does not apply (only {v1!r})")
-        if layout.mamba_align and not self.chunked_prefill:
-            raise InvalidArgumentError(
-                f"{what} its Mamba states with prefix caching (vLLM's mamba_cache_mode 'align') need chunked "
-                "prefill: chunked_prefill False is refused (vLLM asserts it), or run with "
-                "enable_prefix_caching=False"
-            )
-        retention = self.prefix_cache_retention_interval
-        if retention and retention % layout.scheduler_block_size:
-            raise InvalidArgumentError(
-                f"prefix_cache_retention_interval {retention} must be a multiple of the scheduler's block size "
-                f"{layout.scheduler_block_size} (vLLM's rule)"
-            )
 
     @property
     def max_in_flight_tokens(self) -> int:
@@ -789,14 +625,16 @@ setattr(  # noqa: B010
 )
 
 
-# SimConfig, and the knobs' names re-exported from kvsim.model.knobs (kvsim.model.config.KNOBS is the
-# documented path; every layer imports the choices and limits from here).
+# SimConfig, the knobs' names re-exported from kvsim.model.knobs (kvsim.model.config.KNOBS is the
+# documented path; every layer imports the choices and limits from here) and the checks' names from
+# kvsim.model.config_checks.
 __all__ = [
     "ADMISSION_GATES",
     "APPEND_CHECKS",
     "CLUSTER_KNOBS",
     "CONTIGUOUS_POLICIES",
     "DEFAULT_ROUTER_WEIGHTS",
+    "DP_DISAGGREGATED",
     "FREE_ORDERS",
     "HYBRID_ONLY",
     "KNOBS",
@@ -807,6 +645,8 @@ __all__ = [
     "MAX_TIME_PS",
     "MAX_TOKENS",
     "PAPER_SETUP",
+    "PD_ASYNC",
+    "PD_TIER",
     "PLACEMENTS",
     "POLICIES",
     "PREEMPTIONS",
@@ -823,6 +663,7 @@ __all__ = [
     "Knob",
     "KvsimError",
     "SimConfig",
+    "check_whole_dp_groups",
     "convert",
     "default",
 ]
