@@ -202,7 +202,17 @@ def test_a_search_failing_to_its_floor_stops_at_the_clocks_floor(capsys):
     w = synthetic(2000, seed=0, arrival_rate=2.0)
     floor = clock_floor(w, workload_rate(w))
     assert min(p["rate"] for p in out["probes"]) == pytest.approx(floor, rel=1e-12)
-    assert "the floor is the simulated clock's, not min_rate's" in out["message"]
+    assert "the simulated clock, not min_rate, set the floor: at " in out["message"]
+    assert (
+        "arrivals comes at 26.7 days of the clock's 53.4 (half left for the run to end in)" in out["message"]
+    )
+    # A start rate asked for below the clock's floor is the floor, and said to be (it said "the clock's").
+    assert main([*argv, "--json", "--start-rate", "5e-4"]) == 0
+    message = json.loads(capsys.readouterr().out)["message"]
+    assert (
+        "at 0.0005 req/s the last of 2,000 arrivals comes at 45.9 days of the clock's 53.4 (the start rate"
+        in message
+    )
     last = float(at_rate(w, floor).arrival[-1])
     assert last * PS_PER_S == pytest.approx(MAX_TIME_PS / 2, rel=1e-9)
     assert main([*argv, "--min-rate", str(floor / 4)]) == 2

@@ -714,7 +714,7 @@ def plan(
     cap = start * RATE_RANGE if max_rate is None else _check_positive("max_rate", max_rate)
     by_clock = min_rate is None and floor < min(clock_floor(workload, base), start)
     if by_clock:  # (the default floor would put the arrivals past the clock: the search stops above it;
-        # a start rate given below it is probed as asked, and refused there by the clock)
+        # a start rate given below it is its floor, probed as asked, and refused there by the clock)
         floor = min(clock_floor(workload, base), start)
     if not floor < cap:
         raise InvalidArgumentError(f"min_rate {floor:g} must be below max_rate {cap:g}")
@@ -737,9 +737,14 @@ def plan(
         unservable=aside, settling=settling_reasons(config, probe, pool_varies=False),
     )  # fmt: skip
     if by_clock and result.status == "below-floor":
+        from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+
+        day = 86_400 * PS_PER_S
+        last = float(at_rate(workload, floor, base).arrival[-1]) * PS_PER_S if len(workload) else 0.0
+        why = "half left for the run to end in" if floor < start else "the start rate asked for"
         note = (
-            "the floor is the simulated clock's, not min_rate's (at a lower rate the last of "
-            f"{len(workload):,} arrivals would come past about 26 days, half the clock's range)"
+            f"the simulated clock, not min_rate, set the floor: at {floor:.4g} req/s the last of "
+            f"{len(workload):,} arrivals comes at {last / day:.1f} days of the clock's {MAX_TIME_PS / day:.1f} ({why})"
         )
         result = dataclasses.replace(result, floor_note=note)
     return result
@@ -747,7 +752,7 @@ def plan(
 
 def clock_floor(workload: Any, base_rate: float) -> float:
     """The lowest rate a search probes by default: where `workload`'s last arrival, scaled from its
-    `base_rate`, comes at half the simulated clock's range (`MAX_TIME_PS`, about 53 days), leaving the
+    `base_rate`, comes at half the simulated clock's range (`MAX_TIME_PS`, 53.4 days), leaving the
     other half for the run to end in. `kvsim plan --num-gpu-blocks-override 100 --slo ttft_p99:2s` failed
     its way down to start / 4096, whose 10,000 arrivals spread over 58 days, and ended in the clock's
     error where it should say that no rate passes."""
