@@ -39,14 +39,8 @@ class Group(State):
                 return None
             before = (self.num_rejected, self.c["num_preemptions"])
             scheduled = self.schedule()
-            if self.cfg.async_scheduling:
-                if not scheduled and self.async_prev >= 0:
-                    # An empty batch (as `step`): the rank's step in flight's outputs arrive, and it
-                    # schedules again at the clock, the group step's start.
-                    self.release_retiring()
-                    self.async_prev = -1
-                    continue
-                self.async_prev = self.t if scheduled else -1
+            if self.async_turn(scheduled):
+                continue  # (its schedule again at the clock, the group step's start)
             if scheduled:
                 self.log_schedule(scheduled)
                 if self.retiring:

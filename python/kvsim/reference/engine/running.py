@@ -120,20 +120,28 @@ class Running(State):
         s.num_computed += num_new
         return True
 
+    def async_turn(self, scheduled: list[tuple[Seq, int]]) -> bool:
+        """`async_scheduling`'s turn after a schedule (DESIGN.md §Engine, "Asynchronous scheduling"), for
+        one engine's step and a DP rank's alike: an empty batch with a step in flight lets that step's
+        outputs arrive and asks for the schedule again at `t` (True); otherwise notes whether a step is now
+        in flight. False, doing nothing, without the rule."""
+        if not self.cfg.async_scheduling:
+            return False
+        if not scheduled and self.async_prev >= 0:
+            self.release_retiring()
+            self.async_prev = -1
+            return True
+        self.async_prev = self.t if scheduled else -1
+        return False
+
     def step(self) -> None:
         """One iteration at `t` once the arrivals joined: schedule, time, measure, sample, finish."""
         before = (self.num_rejected, self.c["num_preemptions"])
         loads = self.c["num_loads"] + self.c["pd_transfers"]  # loads or transfers admitted: progress
         scheduled = self.schedule()
         tier = self.connector
-        if self.cfg.async_scheduling:
-            if not scheduled and self.async_prev >= 0:
-                # An empty batch: the step in flight's outputs arrive, and the next batch is scheduled
-                # when it ends, at `t`.
-                self.release_retiring()
-                self.async_prev = -1
-                return
-            self.async_prev = self.t if scheduled else -1
+        if self.async_turn(scheduled):
+            return
         if not scheduled:
             # Fine if a head was rejected or a sequence preempted itself (no time passes); anything
             # else would repeat forever. With a CPU tier, a step may also wait for transfers: it offers

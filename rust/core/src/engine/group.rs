@@ -71,19 +71,8 @@ impl Engine<'_> {
                     self.discard();
                     return Err(KvError::InvalidOperation("interrupted".into()));
                 }
-                if self.cfg.async_scheduling {
-                    if self.scheduled.is_empty() && self.async_prev >= 0 {
-                        // An empty batch (as `full_step`): the rank's step in flight's outputs arrive,
-                        // and it schedules again at the clock, the group step's start.
-                        self.release_async_done();
-                        self.async_prev = -1;
-                        continue;
-                    }
-                    self.async_prev = if self.scheduled.is_empty() {
-                        -1
-                    } else {
-                        self.t
-                    };
+                if self.async_turn() {
+                    continue; // (its schedule again at the clock, the group step's start)
                 }
                 if !self.scheduled.is_empty() {
                     if self.log.is_some() {

@@ -389,24 +389,35 @@ impl Engine<'_> {
         self.async_done.clear();
     }
 
+    /// `async_scheduling`'s turn after a schedule (DESIGN.md §Engine, "Asynchronous scheduling"), for one
+    /// engine's step and a DP rank's alike: an empty batch with a step in flight lets that step's outputs
+    /// arrive and asks for the schedule again at `t` (true); otherwise notes whether a step is now in
+    /// flight. False, doing nothing, without the rule.
+    #[inline]
+    pub(super) fn async_turn(&mut self) -> bool {
+        if !self.cfg.async_scheduling {
+            return false;
+        }
+        if self.scheduled.is_empty() && self.async_prev >= 0 {
+            self.release_async_done();
+            self.async_prev = -1;
+            return true;
+        }
+        self.async_prev = if self.scheduled.is_empty() {
+            -1
+        } else {
+            self.t
+        };
+        false
+    }
+
     /// One step with every running sequence walked explicitly (the reference's loop, rule for rule).
     /// Returns false if nothing was scheduled (every waiting head was rejected: no time passes).
     pub(super) fn full_step(&mut self) -> bool {
         let before = self.progress_marks(); // (a tier's only)
         self.schedule();
-        if self.cfg.async_scheduling {
-            if self.scheduled.is_empty() && self.async_prev >= 0 {
-                // An empty batch: the step in flight's outputs arrive, and the next batch is scheduled
-                // when it ends, at `t`.
-                self.release_async_done();
-                self.async_prev = -1;
-                return true;
-            }
-            self.async_prev = if self.scheduled.is_empty() {
-                -1
-            } else {
-                self.t
-            };
+        if self.async_turn() {
+            return true;
         }
         if self.scheduled.is_empty() {
             return self.tier.is_some() && self.tier_scheduled_nothing(before);
