@@ -4,10 +4,10 @@
 Qwen3-30B-A3B's two DP ranks as one data-parallel group (each rank following the rule on the group's
 clock), from two arrivals:
 
-- the engine core's `queued_ts` (what `kvsim.analysis.validate` replays without `--async-scheduling`; the engine core stamps it when it
+- the engine core's `queued_ts` (what `kvsim.analysis.validate --sync-scheduling` replays; the engine core stamps it when it
   takes the request in, between steps);
 - the front end's `arrival_time` put on the engine's clock (`kvsim.analysis.validate.front_end_arrivals`,
-  what `validate --async-scheduling` replays: `queued_ts - (queued_ts - arrival_time - min over the run)`,
+  what `kvsim.analysis.validate` replays by default: `queued_ts - (queued_ts - arrival_time - min over the run)`,
   the two clocks linked by the request taken in soonest after it reached the front end); TTFT is measured
   from the same arrival on both sides.
 

@@ -4,8 +4,10 @@
 The runs are LLMServingSim's (casys-kaist/LLMServingSim, MIT; `../shared/validation/llmservingsim/runs`):
 vLLM 0.19.0 serving 300 ShareGPT-GPT4 requests on RTX PRO 6000 Blackwell GPUs, every request with a fixed
 output length, prefix caching, chunked prefill and CUDA graphs on, with each request's engine timestamps.
-Each is replayed with its own arrivals (`queued_ts`; with `--async-scheduling`, the front end's
-`arrival_time`, `async_replay`) and lengths, its serving configuration (`meta.json`:
+Each is replayed as it ran: a run of a release that schedules asynchronously by default (`ASYNC_RELEASES`, all
+three) with kvsim's `async_scheduling` rule on from the front end's `arrival_time` (`async_replay`; with
+`--sync-scheduling`, as kvsim replayed them before 2026-12-07, from `queued_ts` without the rule, for
+comparison), and its own lengths, its serving configuration (`meta.json`:
 model, tensor and data parallelism, expert parallelism, `max_num_seqs`, `max_num_batched_tokens`) and
 vLLM 0.19's scheduler (`SimConfig.preset("vllm-0.19")`), under three time models: the roofline with
 datasheet figures (`time_model="roofline"`, efficiencies 1), the roofline calibrated on the GPU's
@@ -216,7 +218,7 @@ def front_end_arrivals(run: Run) -> Run:
     """`run` with the front end's `arrival_time` as each request's arrival, put on the engine's clock: the
     two clocks (wall and monotonic) are linked by the request taken in soonest after it reached the front
     end, so each arrival is `queued_ts - (lag - min lag)`, `lag = queued_ts - arrival_time`; every column is
-    shifted to the first such arrival and the requests put in its order (`--async-scheduling` replays this,
+    shifted to the first such arrival and the requests put in its order (the default replay, `async_replay`,
     DESIGN.md §Time model, "Qwen3-30B-A3B's TTFT median").
 
     Raises:
@@ -299,8 +301,9 @@ def workload(run: Run) -> Any:
 
 
 # vLLM releases checked to schedule asynchronously by default (DESIGN.md §Engine, "Asynchronous scheduling":
-# on for want of an incompatible option, vllm-project/vllm#31998); `--async-scheduling` replays their runs
-# with kvsim's rule on from the front end's arrivals (`async_replay`) and the others as they are.
+# on for want of an incompatible option, vllm-project/vllm#31998); the default replay runs them with kvsim's
+# rule on from the front end's arrivals (`async_replay`) and the others as they are (`--sync-scheduling`: all
+# from `queued_ts` without the rule).
 ASYNC_RELEASES = ("0.19.0",)
 
 
@@ -400,12 +403,14 @@ def simulate_run(run: Run, time_model: str, async_scheduling: bool = False) -> d
 
 
 def async_replay(run: Run) -> tuple[Run, bool, str]:
-    """What `--async-scheduling` replays of `run`: the run, whether with the rule, and a sentence saying so.
-    A run of a release that schedules asynchronously (`schedules_async`) is replayed with the rule from the
-    front end's arrivals (`front_end_arrivals`), the clock the rule's admission a step later is defined
-    against: `queued_ts` is stamped at a step boundary, so from it the rule would add a step the request
-    already waited. Where its rows lack `arrival_time` it is replayed from `queued_ts` without the rule, and
-    the sentence says so; a run of another release is replayed as without the option."""
+    """What the default replay (as the run ran) replays of `run`: the run, whether with the rule, and a
+    sentence saying so. A run of a release that schedules asynchronously (`schedules_async`) is replayed with
+    the rule from the front end's arrivals (`front_end_arrivals`), the clock the rule's admission a step later
+    is defined against: `queued_ts` is stamped at a step boundary, so from it the rule would add a step the
+    request already waited. Where its rows lack `arrival_time`, or its configuration is one kvsim does not
+    model the rule for (`SimConfig` refuses it: a hybrid model, a CPU tier, a prefill pool), it is replayed
+    from `queued_ts` without the rule, and the sentence says so; a run of another release is replayed as with
+    `--sync-scheduling`."""
     if not schedules_async(run):
         return (
             run,
@@ -413,6 +418,18 @@ def async_replay(run: Run) -> tuple[Run, bool, str]:
             (
                 f"vLLM {run.meta.get('vllm_version')} schedules synchronously by default: replayed from `queued_ts` "
                 "without the rule."
+            ),
+        )
+    try:
+        config(run, "calibrated", async_scheduling=True)
+    except InvalidArgumentError as exc:
+        config(run, "calibrated")  # (an error of the run's own config, not the rule's, is raised as it is)
+        return (
+            run,
+            False,
+            (
+                f"**vLLM {run.meta.get('vllm_version')} schedules asynchronously, but kvsim does not model the rule "
+                f"for this run** ({exc}): replayed from `queued_ts` without the rule, as with `--sync-scheduling`."
             ),
         )
     missing = missing_front_end(run)
@@ -423,7 +440,7 @@ def async_replay(run: Run) -> tuple[Run, bool, str]:
             (
                 f"**{missing} of {len(run.sent)} requests have no front-end `arrival_time`**: replayed from "
                 "`queued_ts` without the rule (from `queued_ts`, a step-boundary stamp, the rule would count a step "
-                "twice), as without `--async-scheduling`."
+                "twice), as with `--sync-scheduling`."
             ),
         )
     fe = front_end_arrivals(run)
@@ -440,9 +457,10 @@ def async_replay(run: Run) -> tuple[Run, bool, str]:
     )
 
 
-def validate(runs: list[Run], async_scheduling: bool = False) -> dict[str, Any]:
-    """Every run measured and replayed under every time model; with `async_scheduling`, each as
-    `async_replay` says (its sentence under the result's "replay")."""
+def validate(runs: list[Run], async_scheduling: bool = True) -> dict[str, Any]:
+    """Every run measured and replayed under every time model: by default (`async_scheduling`) each as it ran,
+    as `async_replay` says (its sentence under the result's "replay"); without, from `queued_ts` and without
+    the rule (`--sync-scheduling`, as kvsim replayed before 2026-12-07)."""
     out = {}
     for run in runs:
         note: str | None = None
@@ -464,8 +482,9 @@ def _err(sim: float, meas: float) -> float:
     return (sim - meas) / meas if meas else float("nan")
 
 
-def report(results: dict[str, Any], plot: str | None) -> str:
-    """`results/validation.md`."""
+def report(results: dict[str, Any], plot: str | None, sync: bool = False) -> str:
+    """`results/validation.md` (the default replay, as each run ran), or with `sync` the synchronous replay
+    from `queued_ts` kept for comparison (`results/validation_sync.md`)."""
     lines = [
         "# Step time against real GPUs",
         "",
@@ -478,6 +497,8 @@ def report(results: dict[str, Any], plot: str | None) -> str:
         "(the efficiencies `kvsim calibrate` fitted to the GPU's per-operator profile of Llama-3.1-8B, applied",
         'to every model) and **linear (old)** (`time_model="linear"`). Errors are (kvsim − measured) / measured;',
         f"the target is {TARGET:.0%} on every mean and median (bold: missed).",
+        "",
+        *textwrap.wrap(replay_words(sync), width=110),
         "",
         *textwrap.wrap(
             "**The routed experts' read** (DESIGN.md §Time model, \"The routed experts' read\"). Under both "
@@ -634,42 +655,6 @@ def run_layers(cfg: Any) -> int:
     return int(resolve(cfg.model).num_layers)
 
 
-def plot_requests(results: dict[str, Any], path: Path) -> None:
-    """Measured against simulated per-request TTFT and E2E (the calibrated roofline), one row per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    n = len(results)
-    fig = Figure(figsize=(9, 3.6 * n))
-    for i, (name, r) in enumerate(results.items()):
-        run, sim = r["run"], r["sims"]["calibrated"]
-        for j, (label, meas, simv) in enumerate(
-            (
-                ("TTFT (s)", run.first_token - run.arrival, sim["first_token"] - sim["arrival"]),
-                ("E2E (s)", run.finish - run.arrival, sim["finish"] - sim["arrival"]),
-            )
-        ):
-            ax = fig.add_subplot(n, 2, 2 * i + j + 1)
-            ax.scatter(meas, simv, s=6, alpha=0.6)
-            hi = float(max(meas.max(), simv.max())) * 1.05
-            ax.plot([0, hi], [0, hi], color="gray", linewidth=0.8)
-            ax.set_xlim(0, hi)
-            ax.set_ylim(0, hi)
-            ax.set_xlabel(f"measured {label}")
-            ax.set_ylabel(f"kvsim {label}")
-            ax.set_title(f"{name}: {label.split()[0]}", fontsize=9)
-    fig.suptitle(
-        "Per request: kvsim (calibrated roofline, vLLM 0.19's scheduler) against the measured vLLM runs; "
-        "grey: kvsim = measured",
-        fontsize=9,
-    )
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.25 / (3.6 * n)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-
-
 # The metrics a run's claim checks (the 10 % target: every mean and median, ITL's mean, throughput).
 CLAIMED = tuple(key for key, _, _, target in METRICS if target)
 
@@ -688,15 +673,18 @@ def validation_claims(root: Path = RUNS) -> list[Any]:
                       f"± {TARGET:.0%}", NOT_TESTABLE, COMMAND, str(exc))]  # fmt: skip
     out = []
     for run in runs:
+        # (replayed as it ran, as results/validation.md is: `async_replay`)
+        run, rule, replay = async_replay(run)
         measured = run_metrics(run.arrival, run.scheduled, run.first_token, run.finish, run.output_len)
-        sim = simulate_run(run, "calibrated")["metrics"]
+        sim = simulate_run(run, "calibrated", rule)["metrics"]
         errs = {k: _err(sim[k], measured[k]) for k in CLAIMED}
         labels = {key: label for key, label, _, _ in METRICS}
         note = (
-            f"calibration {calibration_for(run.gpu)}; results/validation.md has every metric and time model"
+            f"calibration {calibration_for(run.gpu)}; {replay} results/validation.md has every metric and time "
+            "model, results/validation_sync.md the synchronous replay from `queued_ts` (--sync-scheduling)"
         )
         if multi_gpu(run):
-            p2p = simulate_run(run, "calibrated-p2p")["metrics"]
+            p2p = simulate_run(run, "calibrated-p2p", rule)["metrics"]
             note += (
                 f"; collectives staged through host memory (pcie_p2p off: {host_staged_words()}, from "
                 f"NVIDIA/nccl#384 and voipmonitor/rtx6kpro, not fitted): {P2P_EVIDENCE}; with PCIe P2P instead: "
@@ -706,7 +694,8 @@ def validation_claims(root: Path = RUNS) -> list[Any]:
         setup = f"TP {e.get('tensor_parallel_size', 1)}, DP {e.get('data_parallel_size', 1)}" + (
             ", EP" if e.get("enable_expert_parallel") else ""
         )
-        transport = ", collectives staged through host memory" if multi_gpu(run) else ""
+        transport = ", async scheduling from the front end's arrivals" if rule else ""
+        transport += ", collectives staged through host memory" if multi_gpu(run) else ""
         if resolve(run.model).num_experts:
             transport += ", routed experts at the fused-MoE kernel's measured bandwidth"
             note += (
@@ -735,48 +724,42 @@ def main(argv: list[str] | None = None) -> int:
 
     p = Parser(
         prog=COMMAND,
-        description="Replay the real vLLM serving runs of ../shared/validation through kvsim and write "
+        description="Replay the real vLLM serving runs of ../shared/validation through kvsim as each ran and write "
         "results/validation.md and results/plots/validation.png",
     )
     p.add_argument("--runs", default=str(RUNS), help="folder of <gpu>/<model>/ runs (default: %(default)s)")
     p.add_argument(
         "--output",
-        help="the report (default: results/validation.md; with --async-scheduling results/validation_async.md)",
+        help="the report (default: results/validation.md; with --sync-scheduling results/validation_sync.md)",
     )
     p.add_argument(
         "--plot",
-        help="the per-request plot ('' for none; default: results/plots/validation.png, none with --async-scheduling)",
+        help="the per-request plot ('' for none; default: results/plots/validation.png, none with --sync-scheduling)",
     )
     p.add_argument(
-        "--async-scheduling",
+        "--sync-scheduling",
         action="store_true",
-        help="replay the runs whose vLLM release schedules asynchronously by default "
-        f"({', '.join(ASYNC_RELEASES)}) with kvsim's async_scheduling rule on, from the front end's arrivals",
+        help="replay every run from the engine's queued_ts without kvsim's async_scheduling rule, as kvsim replayed "
+        "them before 2026-12-07, for comparison (by default a run of a release that schedules asynchronously, "
+        f"{', '.join(ASYNC_RELEASES)}, is replayed with the rule from the front end's arrivals, as it ran)",
     )
     args = p.parse_args(argv)
-    on = args.async_scheduling
+    sync = args.sync_scheduling
     if args.output is None:
-        args.output = str(REPO / "results" / ("validation_async.md" if on else "validation.md"))
+        args.output = str(REPO / "results" / ("validation_sync.md" if sync else "validation.md"))
     if args.plot is None:
-        args.plot = "" if on else str(REPO / "results" / "plots" / "validation.png")
+        args.plot = "" if sync else str(REPO / "results" / "plots" / "validation.png")
     try:
-        results = validate(find_runs(Path(args.runs)), on)
+        results = validate(find_runs(Path(args.runs)), not sync)
         if not results:
             raise InvalidArgumentError(f"no runs (<gpu>/<model>/requests.jsonl) under {args.runs}")
         plot = None
         if args.plot:
+            from kvsim.analysis.plots_validation import plot_requests
+
             plot_requests(results, Path(args.plot))
             plot = _relative(Path(args.plot))
-        text = report(results, plot)
-        if on:
-            text = text.replace(
-                "\n\n",
-                "\n\nReplayed with `--async-scheduling`: kvsim's `async_scheduling` rule on for the runs of vLLM "
-                f'{", ".join(ASYNC_RELEASES)} (DESIGN.md §Engine, "Asynchronous scheduling"), each from the front '
-                "end's arrivals, not `queued_ts` (DESIGN.md §Time model, \"Qwen3-30B-A3B's TTFT median\"; each run "
-                "says how it was replayed).\n\n",
-                1,
-            )
+        text = report(results, plot, sync)
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text)
     except KvsimError as exc:
@@ -784,6 +767,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(text)
     return 0
+
+
+def replay_words(sync: bool) -> str:
+    """The report's paragraph on how the runs were replayed: as they ran (the default), or with
+    `--sync-scheduling` for comparison."""
+    releases = ", ".join(ASYNC_RELEASES)
+    if sync:
+        return (
+            "**Replayed with `--sync-scheduling`**, for comparison: every run from the engine core's `queued_ts` "
+            "without kvsim's `async_scheduling` rule, as kvsim replayed them before 2026-12-07. The runs ran with "
+            f"vLLM {releases}'s asynchronous scheduling, so this is not how they ran: results/validation.md "
+            "(the default) replays them so."
+        )
+    return (
+        "**Replayed as the runs ran.** vLLM "
+        f'{releases} schedules asynchronously by default (DESIGN.md §Engine, "Asynchronous scheduling"), and '
+        "these runs ran so: each run of such a release is replayed with kvsim's `async_scheduling` rule on from "
+        "the front end's arrivals (`arrival_time` on the engine's clock, not `queued_ts`, a step-boundary stamp "
+        'from which the rule would count a step twice; DESIGN.md §Time model, "Qwen3-30B-A3B\'s TTFT median"), '
+        "and each run says how it was replayed. This is the default since 2026-12-07; `--sync-scheduling` "
+        "replays every run from `queued_ts` without the rule, as before, for comparison "
+        "(results/validation_sync.md)."
+    )
 
 
 def _relative(path: Path) -> str:
