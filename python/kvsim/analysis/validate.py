@@ -416,8 +416,8 @@ def async_replay(run: Run) -> tuple[Run, bool, str]:
             run,
             False,
             (
-                f"vLLM {run.meta.get('vllm_version')} schedules synchronously by default: replayed from `queued_ts` "
-                "without the rule."
+                f"vLLM {run.meta.get('vllm_version')} is not a release kvsim knows to schedule asynchronously by "
+                f"default ({', '.join(ASYNC_RELEASES)}): replayed from `queued_ts` without the rule."
             ),
         )
     try:
@@ -680,7 +680,8 @@ def validation_claims(root: Path = RUNS) -> list[Any]:
         errs = {k: _err(sim[k], measured[k]) for k in CLAIMED}
         labels = {key: label for key, label, _, _ in METRICS}
         note = (
-            f"calibration {calibration_for(run.gpu)}; {replay} results/validation.md has every metric and time "
+            f"calibration {calibration_for(run.gpu)}; {replay[:1].lower()}{replay[1:]} results/validation.md has "
+            "every metric and time "
             "model, results/validation_sync.md the synchronous replay from `queued_ts` (--sync-scheduling)"
         )
         if multi_gpu(run):
