@@ -312,11 +312,17 @@ def unservable(workload: Any, config: Any) -> dict[int, int]:
     return {int(c): int(n) for c, n in zip(codes, counts, strict=True)}
 
 
+def _probe_func(probe: Any) -> Any:
+    """The function a search's probe calls (a `functools.partial`'s own), None for the default probe: what
+    `_aside` and `settling_reasons` tell kvsim's own probes by, whose rules they know."""
+    return None if probe is None else getattr(probe, "func", probe)
+
+
 def _aside(workload: Any, config: Any, probe: Any) -> dict[int, int]:
     """`unservable` for a search probed by `probe` (None: the default one): kvsim's own probes
     (`simulate_probe`, `cluster_probe`, `pd_probe`, as partials) only; another probe may not run the
     engine's rules, so it sets nothing aside."""
-    func = None if probe is None else getattr(probe, "func", probe)
+    func = _probe_func(probe)
     if func is None or func in (simulate_probe, cluster_probe):
         return unservable(workload, config)
     if func is pd_probe:
@@ -340,8 +346,7 @@ def settling_reasons(config: Any, probe: Any, pool_varies: bool) -> frozenset[in
     disaggregated fleet (its prefill replicas seat their own way)."""
     from kvsim.model.config import SimConfig
 
-    func = None if probe is None else getattr(probe, "func", probe)
-    if func not in (None, simulate_probe, cluster_probe):
+    if _probe_func(probe) not in (None, simulate_probe, cluster_probe):
         return frozenset()
     if not isinstance(config, SimConfig) or config.prefill_replicas > 0:
         return frozenset()
