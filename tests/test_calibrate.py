@@ -155,6 +155,26 @@ def test_splitwise_and_vidur_read_and_fit():
     assert cal.efficiencies.attention_memory == 1.0  # Vidur's file holds no attention: the datasheet's rate
 
 
+@needs_shared
+def test_the_table_marks_what_the_profile_did_not_fit():
+    """rev48b #7: `kvsim calibrate` printed `link 1` and `collective_hop_ps 3,000,000 ps` among the fitted
+    efficiencies, defaults that a one-GPU profile times nothing of; they say so, and the fitted do not (a
+    profile without attention leaves the attention rates at the default too). Splitwise's TP 2-8 steps fit
+    the collective hop."""
+    said = "(not fitted: the default; nothing in the profile times it)"
+
+    def marked(cal) -> set[str]:
+        return {line.split()[0] for line in cal.table().splitlines() if line.endswith(said)}
+
+    (prof,) = read_profile(SHARED / "llmservingsim" / "profiles" / "RTXPRO6000" / "Llama-3.1-8B")
+    assert marked(calibrate(prof)) == {"link", "collective_hop_ps"}
+    (vidur,) = read_profile(SHARED / "vidur" / "a100-meta-llama-3-8b-mlp.csv")
+    assert {"link", "attention_memory", "attention_compute", "attention_mixed"} <= marked(calibrate(vidur))
+    assert "gemm_memory" not in marked(calibrate(vidur))
+    splitwise = read_profile(SHARED / "splitwise" / "perf_model.csv")[0]
+    assert "collective_hop_ps" not in marked(calibrate(splitwise))
+
+
 def _error(argv: list[str], capsys) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -625,3 +625,37 @@ def test_hit_rates_read_off_without_prefix_caching(capsys):
     assert off["prefix hit rate"] == off["prefix hit rate (first admissions)"] == "off"
     on = cache_rows()
     assert re.fullmatch(r"\d+\.\d %", on["prefix hit rate"]), on
+
+
+def test_a_fleets_cache_group_says_its_counts_are_summed(capsys):
+    """rev48b #4: under the memory group's "one replica's" heading, a fleet's blocks saved by sharing and
+    evictions read as one replica's where they are the replicas' sum; a line under the cache group says so,
+    and the figures are the sums of the replicas' own (`--json`'s per_replica)."""
+    argv = ["run", "--num-gpu-blocks-override", "120", "--workload", "sharegpt", "--requests", "200"]
+    assert main([*argv, "--replicas", "2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    per = d["fleet"]["per_replica"]
+    assert d["summary"]["evictions"] == sum(r["evictions"] for r in per) > 0
+    assert d["summary"]["cow_copies"] == sum(r["cow_copies"] for r in per)
+    assert d["summary"]["blocks_saved_by_sharing"] == pytest.approx(
+        sum(r["blocks_saved_by_sharing"] for r in per)
+    )
+    assert main([*argv, "--replicas", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "blocks saved, evictions and copies summed over the 2 replicas)" in out.split("== cache ==")[1]
+    assert main(argv) == 0
+    assert "summed over" not in capsys.readouterr().out
+
+
+def test_a_disaggregated_run_says_why_fewer_transfers_than_requests_routed(capsys):
+    """rev48b #11: "transfers: 599" under 600 requests routed to a prefill replica, with no word why; a line
+    says how many moved nothing and the two reasons (a prompt filling no whole block, a rejection there)."""
+    argv = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--workload", "sharegpt:arrival_rate=12"]
+    argv += ["--requests", "600", "--replicas", "3", "--prefill-replicas", "1", "--router", "least-loaded"]
+    assert main([*argv, "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["summary"]
+    gap = s["pd_disaggregated"] - s["pd_transfers"]
+    assert gap > 0
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"  ({gap:,} of the {s['pd_disaggregated']:,} routed to a prefill replica moved nothing: " in out

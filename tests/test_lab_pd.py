@@ -29,10 +29,10 @@ PART = {
     "transfer queued": "ttft_transfer_s",
     "on the link": "ttft_transfer_s",
     "landed, not yet seen": "ttft_transfer_s",
-    "waiting for decode blocks": "ttft_decode_queue_s",
-    "computing its tail": "ttft_decode_queue_s",
-    "local prefill queue": "ttft_decode_queue_s",
-    "prefilling locally": "ttft_decode_queue_s",
+    "waiting for decode blocks": "ttft_decode_s",
+    "computing its tail": "ttft_decode_s",
+    "local prefill queue": "ttft_decode_s",
+    "prefilling locally": "ttft_decode_s",
 }
 
 
@@ -44,7 +44,7 @@ def part(phase: str, t: int, first_token: int) -> str | None:
     if phase in ("preempted on prefill", "recomputing on prefill"):  # between the prefill's first and end
         return "ttft_prefill_s"
     if phase in ("preempted", "recomputing"):  # on the decode replica, before its first token
-        return "ttft_decode_queue_s"
+        return "ttft_decode_s"
     return PART.get(phase)
 
 

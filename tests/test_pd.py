@@ -23,7 +23,7 @@ from tests.test_engine_differential import SHARED
 
 ROUTERS = KNOBS["router"].choices
 BACKENDS = ("reference", "rust")
-SPLIT = ("ttft_prefill_queue_s", "ttft_prefill_s", "ttft_transfer_s", "ttft_decode_queue_s")
+SPLIT = ("ttft_prefill_queue_s", "ttft_prefill_s", "ttft_transfer_s", "ttft_decode_s")
 
 
 @st.composite

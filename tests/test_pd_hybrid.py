@@ -232,7 +232,7 @@ def test_a_state_group_s_prefill_stops_one_token_short_and_the_decode_side_compu
     assert q["ttft_prefill_queue_s"].to_list() == [0.0]
     assert q["ttft_prefill_s"].to_list()[0] == pytest.approx(2990 * ps, abs=1e-15)
     assert q["ttft_transfer_s"].to_list()[0] == pytest.approx(800 * ps, abs=1e-15)
-    assert q["ttft_decode_queue_s"].to_list()[0] == pytest.approx(1010 * ps, abs=1e-15)
+    assert q["ttft_decode_s"].to_list()[0] == pytest.approx(1010 * ps, abs=1e-15)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -100,6 +100,8 @@ def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> Non
     for k in stops:
         seek(sized_lab, k)
         assert_drawn(sized_lab, pd.snapshot(r, k))
+        # (counted from 1 of all the instants: it read "6 of 43" for the 7th of 44, rev48b #10)
+        assert sized_lab.page.text_content("#pd-instant-label").startswith(f"{k + 1} of {last + 1} · t = ")
     # Nothing is wider than the screen (the viewport asked for: a mobile page's window widens to its content).
     assert sized_lab.fits()
     # Every fill a held block is drawn in has its legend entry (blocks shared by two requests were drawn

@@ -176,6 +176,17 @@ START = {
 }
 
 
+# The fitted parameters each efficiency is made of (`fit_operators`, `fit_steps`); the others are their own
+# parameter. One made of none of the fitted is the default, and the table says so (rev48b #7: `link 1` and
+# `collective_hop_ps` read as fitted from a one-GPU profile that times no link).
+FITTED_FROM: dict[str, tuple[str, ...]] = {
+    "step_overhead_ps": ("step_overhead", "gemm_floor", "elementwise_floor", "sampler_fixed"),
+    "layer_overhead_ps": ("gemm_floor", "elementwise_floor", "attention_floor"),
+    "seq_overhead_ps": ("seq_overhead",),
+    "collective_hop_ps": ("collective_hop",),
+}
+
+
 @dataclass
 class Calibration:
     """A fitted calibration: what `kvsim calibrate` prints and writes."""
@@ -214,9 +225,16 @@ class Calibration:
                 f"{fam:<14}{e['rows']:>7}{e['held_out']:>10}{_pct(fit['median'], 12)}{_pct(fit['p90'], 10)}"
                 f"{_pct(held['median'], 17)}{_pct(held['p90'], 14)}{mark}"
             )
+        lines.append(
+            "(rows: those fitted; each error column the |relative error| of the rows fitted or held out, its "
+            "median and 90th percentile)"
+        )
         lines += ["", "efficiencies:"]
         for k, v in self.efficiencies.to_dict().items():
-            lines.append(f"  {k:<20} {v:,.4g}" if isinstance(v, float) else f"  {k:<20} {v:,} ps")
+            line = f"  {k:<20} {v:,.4g}" if isinstance(v, float) else f"  {k:<20} {v:,} ps"
+            if not any(p in self.params for p in FITTED_FROM.get(k, (k,))):
+                line += "  (not fitted: the default; nothing in the profile times it)"
+            lines.append(line)
         return "\n".join(lines)
 
 

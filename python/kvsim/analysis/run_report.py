@@ -449,6 +449,12 @@ def render_table(
         ]
         if title == "cache" and pd:
             lines.append(_PD_CACHE_NOTE)
+        elif title == "cache" and replicas[0] > 1:
+            # (rev48b #4: under the memory group's "one replica's" heading they read as one replica's)
+            lines.append(
+                f"  (the fleet's: hit rates over every replica's prompts; blocks saved, evictions and copies "
+                f"summed over the {replicas[0]} replicas)"
+            )
         if title == "throughput":
             lines.append(f"== latency (ms{ticks}) ==")
             cols = ["mean", "median", "std", *[_pct_key(p) for p in pcts]]
@@ -651,7 +657,7 @@ PD_PARTS = (
     ("transfer", "ttft_transfer"),
     # (the rest of TTFT: the decode replica's queue and the step that makes the first token; a local
     # prefill's whole TTFT: `render_pd` says so)
-    ("decode queue+step", "ttft_decode_queue"),
+    ("decode queue+step", "ttft_decode"),
 )
 PD_KEYS = (
     "prefill_replicas",
@@ -728,6 +734,11 @@ def render_pd(s: dict[str, Any]) -> str:
     lines.append(
         f"  transfers: {s['pd_transfers']:,} ({moved}); link utilisation {fig('pd_link_utilization', '.2f', 100)} %"
     )
+    if s["pd_transfers"] < s["pd_disaggregated"]:  # (rev48b #11: 599 transfers of 600 routed, unexplained)
+        lines.append(
+            f"  ({s['pd_disaggregated'] - s['pd_transfers']:,} of the {s['pd_disaggregated']:,} routed to a prefill "
+            "replica moved nothing: a prompt that fills no whole block, or a request the prefill replica rejected)"
+        )
     lines.append(
         f"  busy time (busy / makespan): prefill replicas {fig('prefill_busy_fraction', '.1f', 100)} %, decode replicas "
         f"{fig('decode_busy_fraction', '.1f', 100)} %; mean batch: prefill {fig('prefill_pool_mean_batch', '.2f')}, "
@@ -784,6 +795,10 @@ def render_fleet(result: Any) -> str:
                 f"{x['preemptions']:,}",
             )
             lines.append("  " + "".join(f"{c:>12}" for c in cells))
+    lines.append(  # (rev48b #8: the column summed past the fleet's throughput, unexplained)
+        "  (req/s: each replica's finished requests over its own last finish, so they need not add up to the "
+        "fleet's, over the last finish of all)"
+    )
     lines.append(
         f"  load imbalance (max / mean{' over the decode replicas' if prefill else ''}): work (computed tokens) {s['load_imbalance']:.3f}, requests "
         f"{s['load_imbalance_requests']:.3f}"

@@ -486,9 +486,11 @@ def report(results: dict[str, Any], plot: str | None, sync: bool = False) -> str
     """`results/validation.md` (the default replay, as each run ran), or with `sync` the synchronous replay
     from `queued_ts` kept for comparison (`results/validation_sync.md`)."""
     lines = [
-        "# Step time against real GPUs",
+        "# Step time against real GPUs"
+        + (": the synchronous replay from `queued_ts`, for comparison" if sync else ""),
         "",
-        f'Produced by `{COMMAND}` (DESIGN.md §Time model, "Validation"). Each real vLLM 0.19.0 serving run of',
+        f"Produced by `{COMMAND}{' --sync-scheduling' if sync else ''}` "
+        '(DESIGN.md §Time model, "Validation"). Each real vLLM 0.19.0 serving run of',
         "LLMServingSim (casys-kaist/LLMServingSim commit 5daddb21, MIT; `../shared/validation/llmservingsim/runs`:",
         "300 ShareGPT-GPT4 requests with fixed output lengths on RTX PRO 6000 Blackwell GPUs, CUDA graphs, chunked",
         "prefill and prefix caching on) is replayed through kvsim with its own arrivals and lengths, its serving",
@@ -544,7 +546,7 @@ def report(results: dict[str, Any], plot: str | None, sync: bool = False) -> str
             ),
             "",
             *([r["replay"], ""] if r.get("replay") else []),
-            "| metric | measured | "
+            f"| metric | measured (from `{run.clock}`) | "
             + " | ".join(f"{TIME_MODEL_NAMES[tm]} | error" for tm in TIME_MODELS)
             + " |",
             "|---|---:|" + "---:|---:|" * len(TIME_MODELS),

@@ -250,7 +250,7 @@ def _pd_result(
         "ttft_prefill_s": np.where(remote, f - first, 0),
         "ttft_transfer_s": np.where(remote, columns["load_wait_ps"], 0),
     }
-    split["ttft_decode_queue_s"] = (
+    split["ttft_decode_s"] = (
         ttft - split["ttft_prefill_queue_s"] - split["ttft_prefill_s"] - split["ttft_transfer_s"]
     )
     rows = inp.request_row

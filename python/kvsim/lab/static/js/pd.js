@@ -96,7 +96,7 @@ function drawRequests(snap) {
 function show(data, index) {
   const snap = data.snapshots[index];
   $("pd-instant").value = String(index);
-  $("pd-instant-label").textContent = `${index} of ${data.snapshots.length - 1} · t = ${fmtMs(snap.time_s)}`;
+  $("pd-instant-label").textContent = `${index + 1} of ${data.snapshots.length} · t = ${fmtMs(snap.time_s)}`;
   for (const pool of snap.pools) drawPool(pool);
   drawLink(snap, data.time_model);
   drawRequests(snap);
