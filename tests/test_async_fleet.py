@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 
 import hypothesis.strategies as st
-import numpy as np
 import pytest
 from hypothesis import given
 
@@ -18,7 +17,7 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.reference import cluster as reference
 from tests.fleet_strategies import fleet_of
 from tests.test_async_scheduling import async_configs
-from tests.test_cluster_api import one_sample
+from tests.test_cluster_api import assert_round_robin_is_replicas_alone, one_sample
 from tests.test_cluster_differential import router_args
 from tests.test_dp_groups import BACKENDS, MS, assert_backends_agree, fleet_run, rows
 from tests.test_engine_differential import workloads
@@ -71,22 +70,7 @@ def test_busy_groups_with_tiny_pools_agree_under_async_scheduling(w, data):
 def test_a_round_robin_fleet_is_its_replicas_run_alone(backend, w, cfg, n):
     """A router that reads nothing: each replica's rows, counters and summary are `simulate` of exactly
     its rows (the fleet's horizons take nothing from the rule)."""
-    w = one_sample(w)
-    try:
-        fleet = kvsim.simulate_cluster(w, cfg, replicas=n, router="round-robin", backend=backend)
-    except InvalidArgumentError as exc:  # what a single run refuses, the fleet refuses
-        with pytest.raises(InvalidArgumentError, match=str(exc)[:20]):
-            kvsim.simulate(w, cfg, backend=backend)
-        return
-    expect = np.arange(len(w)) % n
-    np.testing.assert_array_equal(fleet.requests["replica"].to_numpy(), expect)
-    for r in range(n):
-        rows_r = np.flatnonzero(expect == r)
-        if not len(rows_r):
-            continue
-        alone = kvsim.simulate(w[rows_r], cfg, backend=backend)
-        assert fleet.replicas[r].requests.equals(alone.requests, null_equal=True)
-        assert fleet.replicas[r].raw.counters == alone.raw.counters
+    assert_round_robin_is_replicas_alone(one_sample(w), cfg, n, backend)
 
 
 def _group_case() -> tuple[kvsim.SimConfig, kvsim.Workload]:

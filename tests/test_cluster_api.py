@@ -208,16 +208,15 @@ def assert_one_replica_equal(one, fleet) -> None:
         np.testing.assert_array_equal(getattr(fleet.raw, name), getattr(one.raw, name), err_msg=name)
 
 
-@given(w=workloads(), cfg=configs(), n=st.integers(1, 4))
-def test_round_robin_is_independent_runs_of_each_replicas_rows(w, cfg, n):
-    """Round-robin reads no state: replica r gets requests r, r + N, ... and runs them as a replica of its
-    own would; its rows, counters and summary are `simulate` of exactly those rows."""
-    w = one_sample(w)
+def assert_round_robin_is_replicas_alone(w: Workload, cfg: kvsim.SimConfig, n: int, backend: str) -> None:
+    """A round-robin fleet of `n` replicas of `cfg` on `w` (one sample a request): replica r gets requests
+    r, r + N, ..., and its rows, counters and summary are `simulate` of exactly those rows; what a single
+    run refuses, the fleet refuses."""
     try:
-        fleet = kvsim.simulate_cluster(w, cfg, replicas=n, backend="reference")
-    except InvalidArgumentError as exc:  # what a single run refuses, the fleet refuses
+        fleet = kvsim.simulate_cluster(w, cfg, replicas=n, router="round-robin", backend=backend)
+    except InvalidArgumentError as exc:
         with pytest.raises(InvalidArgumentError, match=str(exc)[:20]):
-            kvsim.simulate(w, cfg, backend="reference")
+            kvsim.simulate(w, cfg, backend=backend)
         return
     expect = np.arange(len(w)) % n
     np.testing.assert_array_equal(fleet.requests["replica"].to_numpy(), expect)
@@ -226,11 +225,17 @@ def test_round_robin_is_independent_runs_of_each_replicas_rows(w, cfg, n):
         if not len(rows):
             assert fleet.replicas[r].summary["num_requests"] == 0
             continue
-        alone = kvsim.simulate(w[rows], cfg, backend="reference")
+        alone = kvsim.simulate(w[rows], cfg, backend=backend)
         mine = fleet.replicas[r]
         assert mine.requests.equals(alone.requests, null_equal=True)
         assert mine.raw.counters == alone.raw.counters
         assert mine.summary == alone.summary
+
+
+@given(w=workloads(), cfg=configs(), n=st.integers(1, 4))
+def test_round_robin_is_independent_runs_of_each_replicas_rows(w, cfg, n):
+    """Round-robin reads no state: each replica runs its rows as a replica of its own would."""
+    assert_round_robin_is_replicas_alone(one_sample(w), cfg, n, "reference")
 
 
 def test_heterogeneous_replicas():
