@@ -717,10 +717,10 @@ def plan(
     start = base if start_rate is None else _check_positive("start_rate", start_rate)
     floor = start / RATE_RANGE if min_rate is None else _check_positive("min_rate", min_rate)
     cap = start * RATE_RANGE if max_rate is None else _check_positive("max_rate", max_rate)
-    by_clock = min_rate is None and floor < min(clock_floor(workload, base), start)
-    if by_clock:  # (the default floor would put the arrivals past the clock: the search stops above it;
-        # a start rate given below it is its floor, probed as asked, and refused there by the clock)
-        floor = min(clock_floor(workload, base), start)
+    # (the clock's floor, or a start rate given below it: probed as asked, refused there by the clock)
+    lowest = min(clock_floor(workload, base), start)
+    by_clock = min_rate is None and floor < lowest
+    floor = lowest if by_clock else floor
     if not floor < cap:
         raise InvalidArgumentError(f"min_rate {floor:g} must be below max_rate {cap:g}")
     if start_rate is None:  # the workload's own rate, moved into the range asked for
