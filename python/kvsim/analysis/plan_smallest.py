@@ -12,21 +12,23 @@ from typing import Any
 
 from kvsim._core import POOL_BYTES_PER_BLOCK
 from kvsim.analysis.plan import (
-    MEMORY_KNOBS,
-    _aside,
     _check_count,
     _check_positive,
-    _replica_count,
     _resolve_probe,
     _search,
     _setup,
     at_rate,
+    workload_rate,
+)
+from kvsim.analysis.plan_probes import (
+    MEMORY_KNOBS,
+    _aside,
+    _replica_count,
     cluster_probe,
     default_probe,
     set_knob,
     set_replicas,
     settling_reasons,
-    workload_rate,
 )
 from kvsim.analysis.plan_search import (
     DEFAULT_MAX_PROBES,
