@@ -50,7 +50,6 @@ import polars as pl
 
 from kvsim.analysis.plan_probes import (
     MEMORY_KNOBS,
-    _aside,
     _settles,
     cluster_probe,
     default_probe,
@@ -60,6 +59,7 @@ from kvsim.analysis.plan_probes import (
     set_replicas,
     settling_reasons,
     simulate_probe,
+    unservable,
 )
 from kvsim.analysis.plan_sampling import bound_outside_ci, check_judgeable, fraction_columns
 from kvsim.analysis.plan_search import (
@@ -535,7 +535,7 @@ def plan(
     def make(rate: float) -> tuple[Any, Any, dict[str, Any]]:
         return at_rate(workload, rate, base), config, {}
 
-    aside = _aside(workload, config, probe)
+    aside = unservable(workload, config, probe)
     result = _search(
         search, make, run_probe, slos_, "rate", executor, workers, scheduler, _setup(workload, config),
         unservable=aside, settling=settling_reasons(config, probe, pool_varies=False),

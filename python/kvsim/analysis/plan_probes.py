@@ -148,30 +148,68 @@ def set_knob(config: Any, value: Any, *, knob: str) -> Any:
 MEMORY_KNOBS = ("num_blocks", "kv_cache_bytes", "gpu_memory_utilization")
 
 
-def unservable(workload: Any, config: Any) -> dict[int, int]:
-    """The workload's requests that every probe of `config` rejects at arrival whatever the value searched
-    (a rate, a replica count, memory), by reason code (`kvsim.reference.engine.REJECT_REASONS`): 1, a
-    prompt that leaves nothing to generate (it reaches `max_model_len`: vLLM refuses it at its API), 7,
-    more samples than `max_num_seqs` running seats (`kvsim.engine.engine_input.always_rejected`). Empty
-    when there are none, or when `config` is not a `SimConfig` (or a list of replica configs alike in
-    `max_model_len`, `max_num_seqs` and `sampling`); for a disaggregated fleet only reason 1 (its prefill
-    replicas seat their own way)."""
-    from kvsim.engine.engine_input import always_rejected, prepare
+# The reject reasons (`kvsim.reference.engine.REJECT_REASONS`) decided at a request's arrival by the request and
+# a replica's `max_model_len`, `max_num_seqs` and `sampling` alone (`kvsim.engine.engine_input.always_rejected`):
+# 1, the prompt reaches `max_model_len`; 7, more samples than `max_num_seqs` running seats.
+ALWAYS_REJECTED = frozenset({1, 7})
+# The reasons a replica's pool decides at arrival: the request needs more than it holds, paged (2) or contiguous (3).
+POOL_REJECTED = frozenset({2, 3})
+
+
+def _probe_func(probe: Any) -> Any:
+    """The function a search's probe calls (a `functools.partial`'s own), None for the default probe: what
+    `unservable_reasons` tells kvsim's own probes by, whose rules it knows."""
+    return None if probe is None else getattr(probe, "func", probe)
+
+
+def _disaggregated(config: Any, probe: Any) -> bool:
+    """Whether a probe of `config` runs a disaggregated fleet: a config (or one of a list) with prefill
+    replicas, or `pd_probe` given some."""
+    configs = list(config) if isinstance(config, list | tuple) else [config]
+    if any(isinstance(getattr(c, "prefill_replicas", None), int) and c.prefill_replicas > 0 for c in configs):
+        return True
+    return _probe_func(probe) is pd_probe and getattr(probe, "keywords", {}).get("prefill_replicas", 0) > 0
+
+
+def unservable_reasons(config: Any, probe: Any) -> frozenset[int]:
+    """The reject reasons for which every probe of `config` by `probe` (None: the default one) rejects a
+    request at its arrival whatever the value searched (a rate, a replica count, memory): the one place that
+    says which reasons and for which probes, read by `unservable` (the requests a search sets aside) and
+    `settling_reasons` (those that stop it). `ALWAYS_REJECTED` (1 and 7) for kvsim's own probes
+    (`simulate_probe`, `cluster_probe`, `pd_probe`, as partials) on a `SimConfig` or a list of replica
+    configs alike in `max_model_len`, `max_num_seqs` and `sampling` (every replica rejects such a request
+    alike); for a disaggregated fleet only 1 (its prefill replicas seat their own way, and it runs one
+    sample a request). Empty for another probe (it may not run the engine's rules) or other configs."""
     from kvsim.model.config import SimConfig
 
+    if _probe_func(probe) not in (None, simulate_probe, cluster_probe, pd_probe):
+        return frozenset()
     configs = list(config) if isinstance(config, list | tuple) else [config]
     if not configs or not all(isinstance(c, SimConfig) for c in configs):
-        return {}
+        return frozenset()
     if len({(c.max_model_len, c.max_num_seqs, c.sampling) for c in configs}) > 1:
+        return frozenset()
+    return ALWAYS_REJECTED - {7} if _disaggregated(configs, probe) else ALWAYS_REJECTED
+
+
+def unservable(workload: Any, config: Any, probe: Any = None) -> dict[int, int]:
+    """The workload's requests that every probe of `config` by `probe` (None: the default one) rejects at
+    arrival whatever the value searched, by reason code (`kvsim.reference.engine.REJECT_REASONS`), for the
+    reasons `unservable_reasons` gives: 1, a prompt that leaves nothing to generate (it reaches
+    `max_model_len`: vLLM refuses it at its API), 7, more samples than `max_num_seqs` running seats
+    (`kvsim.engine.engine_input.always_rejected`). Empty when there are none, or where it gives none."""
+    from kvsim.engine.engine_input import always_rejected, prepare
+
+    reasons = unservable_reasons(config, probe)
+    if not reasons:
         return {}
-    first = configs[0]
+    first = config[0] if isinstance(config, list | tuple) else config
     try:
         inp = prepare(workload, first)
     except InvalidArgumentError:
         return {}  # (every probe says why)
     reason = always_rejected(inp, first)
-    if first.prefill_replicas > 0:
-        reason[reason == 7] = 0
+    reason[~np.isin(reason, sorted(reasons))] = 0
     per_row = np.zeros(len(workload), dtype=np.int8)
     hit = reason > 0
     per_row[np.asarray(inp.request_row)[hit]] = reason[hit]
@@ -179,45 +217,22 @@ def unservable(workload: Any, config: Any) -> dict[int, int]:
     return {int(c): int(n) for c, n in zip(codes, counts, strict=True)}
 
 
-def _probe_func(probe: Any) -> Any:
-    """The function a search's probe calls (a `functools.partial`'s own), None for the default probe: what
-    `_aside` and `settling_reasons` tell kvsim's own probes by, whose rules they know."""
-    return None if probe is None else getattr(probe, "func", probe)
-
-
-def _aside(workload: Any, config: Any, probe: Any) -> dict[int, int]:
-    """`unservable` for a search probed by `probe` (None: the default one): kvsim's own probes
-    (`simulate_probe`, `cluster_probe`, `pd_probe`, as partials) only; another probe may not run the
-    engine's rules, so it sets nothing aside."""
-    func = _probe_func(probe)
-    if func is None or func in (simulate_probe, cluster_probe):
-        return unservable(workload, config)
-    if func is pd_probe:
-        aside = unservable(workload, config)
-        if getattr(probe, "keywords", {}).get("prefill_replicas", 0) > 0:
-            aside.pop(7, None)  # (its prefill replicas seat their own way)
-        return aside
-    return {}
-
-
 def settling_reasons(config: Any, probe: Any, pool_varies: bool) -> frozenset[int]:
     """The reject reasons (`kvsim.reference.engine.REJECT_REASONS`) that a probe of `config` gives a request
     at every value searched, so that a probe rejecting every request for them settles the search (`_search`:
-    every probe would reject every request, `all-rejected`): those decided at arrival by the request and
-    one replica's configuration alone (`reject_at_arrival`), 1 (the prompt reaches `max_model_len`), 7
-    (more samples than `max_num_seqs`) and, where the value does not change a replica's pool (a rate, a
-    replica count), 2 and 3 (the request needs more than the pool holds, paged or contiguous). Reasons
-    decided while the run goes on (4, 5: against the cache's hits; 6) are not among them. Empty (no
-    early stop) for a probe other than kvsim's own (`simulate_probe`, `cluster_probe`), a list of
-    replica configs (a request rejected by one replica may be routed to another at another value) and a
-    disaggregated fleet (its prefill replicas seat their own way)."""
+    every probe would reject every request, `all-rejected`): those `unservable` sets aside
+    (`unservable_reasons`: 1, the prompt reaches `max_model_len`, and 7, more samples than `max_num_seqs`;
+    1 alone for a disaggregated fleet) and, where the value does not change a replica's pool (a rate, a
+    replica count) and every replica has the one config's pool (one `SimConfig`, not disaggregated),
+    `POOL_REJECTED` (2 and 3: the request needs more than the pool holds, paged or contiguous). Reasons
+    decided while the run goes on (4, 5: against the cache's hits; 6) are not among them. Empty (no early
+    stop) where `unservable_reasons` is: a probe other than kvsim's own, configs that differ in the rules."""
     from kvsim.model.config import SimConfig
 
-    if _probe_func(probe) not in (None, simulate_probe, cluster_probe):
-        return frozenset()
-    if not isinstance(config, SimConfig) or config.prefill_replicas > 0:
-        return frozenset()
-    return frozenset({1, 7}) if pool_varies else frozenset({1, 2, 3, 7})
+    reasons = unservable_reasons(config, probe)
+    if reasons and not pool_varies and isinstance(config, SimConfig) and not _disaggregated(config, probe):
+        return reasons | POOL_REJECTED
+    return reasons
 
 
 def _settles(summary: Mapping[str, Any], reasons: frozenset[int]) -> bool:

@@ -22,13 +22,13 @@ from kvsim.analysis.plan import (
 )
 from kvsim.analysis.plan_probes import (
     MEMORY_KNOBS,
-    _aside,
     _replica_count,
     cluster_probe,
     default_probe,
     set_knob,
     set_replicas,
     settling_reasons,
+    unservable,
 )
 from kvsim.analysis.plan_search import (
     DEFAULT_MAX_PROBES,
@@ -109,7 +109,7 @@ def smallest_replicas(
         return target, replicas(config, int(n)), {"rate": r}
 
     own = replicas is set_replicas
-    aside = _aside(workload, config, probe) if own else None
+    aside = unservable(workload, config, probe) if own else None
     settling = settling_reasons(config, probe, pool_varies=False) if own else frozenset()
     return _search(
         search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config, r),
@@ -232,7 +232,7 @@ def smallest_memory(
 
     return _search(
         search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config, r, False),
-        refusals_fail=True, unservable=_aside(workload, config, probe),
+        refusals_fail=True, unservable=unservable(workload, config, probe),
         settling=settling_reasons(config, probe, pool_varies=True),
     )  # fmt: skip
 
