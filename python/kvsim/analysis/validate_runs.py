@@ -1,7 +1,7 @@
 """The validation's runs (`python -m kvsim.analysis.validate`, DESIGN.md §Time model, "Validation"): each real
 vLLM serving run read (`load_run`, `find_runs`) and put on the front end's clock (`front_end_arrivals`), its
 metrics (`run_metrics`), its serving configuration under a time model (`config`) and kvsim's replay of it
-(`simulate_run`, as it ran: `async_replay`). The report, the claims and the command are
+(`replay`, `simulate_run`; as it ran: `async_replay`). The report, the claims and the command are
 `kvsim.analysis.validate`'s.
 """
 
@@ -274,12 +274,12 @@ def calibration_for(gpu: str) -> str:
     return names[0]
 
 
-def simulate_run(run: Run, time_model: str, async_scheduling: bool = False) -> dict[str, Any]:
-    """kvsim's replay of `run` under `time_model` (`config`'s `async_scheduling`): its metrics and
-    per-request columns (seconds)."""
+def replay(run: Run, cfg: Any) -> dict[str, Any]:
+    """kvsim's replay of `run` under `cfg`: one replica by `kvsim.simulate`, a fleet (`cfg.replicas` > 1)
+    by `kvsim.simulate_cluster`; its metrics (`run_metrics`), per-request columns (seconds, in request id
+    order) and `cfg`."""
     from kvsim import simulate, simulate_cluster
 
-    cfg = config(run, time_model, async_scheduling)
     w = workload(run)
     if cfg.replicas > 1:
         res: Any = simulate_cluster(w, cfg)
@@ -298,6 +298,12 @@ def simulate_run(run: Run, time_model: str, async_scheduling: bool = False) -> d
         "arrival": arrival,
         "config": cfg,
     }
+
+
+def simulate_run(run: Run, time_model: str, async_scheduling: bool = False) -> dict[str, Any]:
+    """kvsim's replay of `run` under `time_model` (`config`'s `async_scheduling`; `replay`): its metrics and
+    per-request columns (seconds)."""
+    return replay(run, config(run, time_model, async_scheduling))
 
 
 def async_replay(run: Run) -> tuple[Run, bool, str]:
