@@ -6,7 +6,7 @@ clock), from two arrivals:
 
 - the engine core's `queued_ts` (what `kvsim.analysis.validate --sync-scheduling` replays; the engine core stamps it when it
   takes the request in, between steps);
-- the front end's `arrival_time` put on the engine's clock (`kvsim.analysis.validate.front_end_arrivals`,
+- the front end's `arrival_time` put on the engine's clock (`kvsim.analysis.validate_runs.front_end_arrivals`,
   what `kvsim.analysis.validate` replays by default: `queued_ts - (queued_ts - arrival_time - min over the run)`,
   the two clocks linked by the request taken in soonest after it reached the front end); TTFT is measured
   from the same arrival on both sides.
@@ -23,8 +23,7 @@ import sys
 
 import numpy as np
 
-from kvsim import simulate, simulate_cluster
-from kvsim.analysis import validate as V
+from kvsim.analysis import validate_runs as V
 
 METRICS = (
     ("ttft_mean", "TTFT mean"),
@@ -49,20 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|" + "---:|" * (len(METRICS) + 1))
     for base in V.find_runs():
         cfg = V.config(base, "calibrated")
-        go = simulate_cluster if cfg.replicas > 1 else simulate
         for arrivals, run in (("queued_ts", base), ("front end", V.front_end_arrivals(base))):
             measured = V.run_metrics(run.arrival, run.scheduled, run.first_token, run.finish, run.output_len)
             mask = (run.scheduled - run.queued) < 0.005
             for on in (False, True):
-                rows = go(V.workload(run), cfg.replace(async_scheduling=on)).requests.sort("request_id")
-                arrival, first = rows["arrival"].to_numpy(), rows["first_token"].to_numpy()
-                sim = V.run_metrics(
-                    arrival,
-                    rows["first_scheduled"].to_numpy(),
-                    first,
-                    rows["finish"].to_numpy(),
-                    rows["output_len"].to_numpy(),
-                )
+                replayed = V.replay(run, cfg.replace(async_scheduling=on))
+                sim, arrival, first = replayed["metrics"], replayed["arrival"], replayed["first_token"]
                 errs = [100 * (sim[k] - measured[k]) / measured[k] for k, _ in METRICS]
                 gap = 1e3 * float(np.median(((first - arrival) - (run.first_token - run.arrival))[mask]))
                 cells = " | ".join(f"{e:+.1f}%" for e in errs)

@@ -186,3 +186,25 @@ def test_the_knob_is_off_by_default_and_refused_where_not_modelled():
 def test_chunked_runs_equal_whole_runs_under_async_scheduling(w, cfg, size):
     # A stream's engine pauses where a later row could join a step; the rule's earlier join must not move it.
     assert_stream_equals_whole(w, cfg, size)
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_a_stream_paused_behind_a_step_in_flight_keeps_its_arrivals(size):
+    """Ticks of 1 ms. A (prompt 4, 2 tokens of max 10) is scheduled at 0 and 1 and its discarded token at
+    2; R (arrived 1.5, its prompt reaching max_model_len) joins the step at 2's schedule and is rejected,
+    and nothing runs or waits behind the step in flight (2 to 3). Q (arrived 2) joins the step at 3, which
+    was scheduled when the step at 2 started; Q2 (arrived 2.5) the step at 4. A stream cut after R pauses
+    there with more input to come: the Rust engine took the arrivals up to the step's end (3) before
+    pausing, where the reference's `advance` pauses first, so Q2 joined the step at 3 in the Rust stream
+    alone (chunks of 1 and 2), unlike the whole run."""
+    w = Workload(
+        arrival=np.array([0.0, 0.0015, 0.002, 0.0025]),
+        prompt_len=np.array([4, 8, 4, 4]),
+        output_len=np.array([2, 2, 3, 3]),
+        max_tokens=np.array([10, 10, 10, 10]),
+    )
+    cfg = kvsim.SimConfig(async_scheduling=True, num_blocks=100, block_size=4, max_model_len=8)
+    whole = kvsim.simulate(w, cfg, backend="rust").raw
+    assert list(whole.status) == [0, 1, 0, 0]  # (R rejected)
+    assert list(whole.first_scheduled[[0, 2, 3]]) == [0, 3 * MS, 4 * MS]
+    assert_stream_equals_whole(w, cfg, size)

@@ -217,3 +217,61 @@ def test_a_search_failing_to_its_floor_stops_at_the_clocks_floor(capsys):
     assert last * PS_PER_S == pytest.approx(MAX_TIME_PS / 2, rel=1e-9)
     assert main([*argv, "--min-rate", str(floor / 4)]) == 2
     assert "past the simulated clock's range" in capsys.readouterr().err
+
+
+def test_a_disaggregated_fleet_settles_on_the_requests_it_sets_aside():
+    """One place says which reasons every probe rejects a request for whatever the value searched
+    (`plan_probes.unservable_reasons`), and what a search sets aside for them settles it too. A
+    disaggregated fleet sets aside the prompts reaching `max_model_len` (reason 1, not 7: its prefill
+    replicas seat their own way); where every request is such, its search stops after its first round, as
+    an aggregated fleet's does. `settling_reasons` gave a disaggregated fleet and `pd_probe` no reason, so
+    such a search probed down to its floor (13 probes at --workers 1) with every request set aside: through
+    `kvsim.plan` of a config with prefill replicas, `fleet_knee` and `best_split` (`pd_probe` given them)."""
+    import functools
+
+    from kvsim.analysis.plan import plan
+    from kvsim.analysis.plan_pd import best_split, fleet_knee
+    from kvsim.analysis.plan_probes import (
+        cluster_probe,
+        pd_probe,
+        settling_reasons,
+        simulate_probe,
+        unservable_reasons,
+    )
+    from kvsim.model.config import SimConfig
+    from kvsim.workloads import synthetic
+
+    w = synthetic(20, arrival_rate=2.0, seed=4)
+    agg = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=16)
+    pd = agg.replace(prefill_replicas=1)
+    reason = {"prompt_len reaches max_model_len: no room to generate": 20}
+    searches = {
+        "plan": plan(w, pd, "ttft_mean:1s", workers=1),
+        "fleet_knee": fleet_knee(w, agg, "ttft_mean:1s", prefill=1, decode=1, workers=1),
+    }
+    split = best_split(w, agg, "ttft_mean:1s", rate=1.0, max_gpus=3, workers=1)
+    assert split.split_searches
+    searches.update({f"P={p}": r for p, r in split.split_searches.items()})
+    for name, search in searches.items():
+        assert (search.status, search.unservable, search.settled) == ("all-rejected", reason, reason), name
+        assert search.probes.height == 1, name
+        assert "(the search stopped after 1 probe: " in search.message, name
+    # Every reason set aside settles, for every probe and config (the two read the one place).
+    cases = [
+        (agg, None),
+        (pd, None),
+        ([agg, agg.replace(block_size=32)], None),
+        (agg, functools.partial(cluster_probe, router="round-robin")),
+        (agg, simulate_probe),
+        (agg, functools.partial(pd_probe, prefill_replicas=0)),
+        (agg, functools.partial(pd_probe, prefill_replicas=2)),
+        (agg, lambda w, c: simulate_probe(w, c)),
+    ]
+    for config, probe in cases:
+        for pool_varies in (False, True):
+            assert unservable_reasons(config, probe) <= settling_reasons(config, probe, pool_varies)
+    pd_of = functools.partial(pd_probe, prefill_replicas=1)
+    assert unservable_reasons(pd, None) == unservable_reasons(agg, pd_of) == {1}
+    assert settling_reasons(pd, None, False) == settling_reasons(agg, pd_of, False) == {1}
+    assert settling_reasons(agg, functools.partial(pd_probe, prefill_replicas=0), False) == {1, 2, 3, 7}
+    assert settling_reasons(agg, None, True) == {1, 7}

@@ -2,7 +2,7 @@
 SLOs (`plan`), and the inverse questions: the smallest replica count (`smallest_replicas`), the smallest
 memory (`smallest_memory`) that meets a target rate (`kvsim.analysis.plan_smallest`), and the best of a
 list of candidates by requests set aside, then rate at SLO (`best_of`, `kvsim.analysis.plan_compare`). This module holds the rates,
-the probes and the search's rounds they all run on, and `plan`.
+the search's rounds they all run on, and `plan`; the probes are `kvsim.analysis.plan_probes`'s.
 
 Every probe is a full simulation through a *probe*: a function `(workload, config) -> summary dict`
 (`simulate_probe`, `kvsim.simulate(...).summary`, by default); a cluster's summary (the same keys plus the
@@ -46,9 +46,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import polars as pl
 
+from kvsim.analysis.plan_probes import (
+    MEMORY_KNOBS,
+    _settles,
+    cluster_probe,
+    default_probe,
+    pd_probe,
+    probe_summary,
+    set_knob,
+    set_replicas,
+    settling_reasons,
+    simulate_probe,
+    unservable,
+)
 from kvsim.analysis.plan_sampling import bound_outside_ci, check_judgeable, fraction_columns
 from kvsim.analysis.plan_search import (
     DEFAULT_MAX_PROBES,
@@ -132,137 +144,7 @@ def at_rate(
     return out
 
 
-# ------------------------------------------------------------------------------------------- probes
-
-
-def probe_summary(result: Any) -> dict[str, Any]:
-    """What kvsim's own probes return: the run's `summary`, with whether the run was a steady state
-    (DESIGN.md §Capacity search, "Steady state"): `overloaded`, its queue grew through the run
-    (`kvsim.analysis.steady_state.queue_growth`, the rule of `kvsim run`'s "overloaded" note), so that a
-    probe passing there passed as a burst the run ended on (`PlanResult.burst`); `steady`, False when
-    overloaded or when its arrivals lasted less than `steady_state.STEADY_SPANS` times its requests' e2e p99
-    (`steady_state.too_short`: the run ended before its engine filled to the rate's steady load), None when
-    the run served no request (every one rejected: nothing was measured to judge); and
-    `arrival_span_s`, the span of its finished requests' arrivals, which the answer's caveat quotes with
-    the summary's `e2e_s_p99` (`PlanResult.steady_caveat`); `quantile_ci`, each latency percentile's
-    (`ttft_s_p99`, ...) 95 % interval `[low, high]` from the requests it was taken over
-    (`kvsim.analysis.quantile_ci.quantile_interval`, None for an end too few requests give), and
-    `quantile_n`, how many those were per latency (`ttft_s`, ...: TPOT's are the requests of more than one
-    token a sample); `mean_ci`, each latency mean's (`ttft_s_mean`, ...) 95 % interval over the same
-    requests (`kvsim.analysis.moment_ci.mean_interval`: Student's t, approximate; none under 30);
-    `rejected_reasons`, the requests rejected by reason code (`kvsim.reference.engine.REJECT_REASONS`),
-    which `_search` reads to stop where no value can serve a request (`settling_reasons`)."""
-    from kvsim.analysis.moment_ci import mean_interval
-    from kvsim.analysis.quantile_ci import quantile_interval
-    from kvsim.analysis.steady_state import queue_growth, too_short, warmup
-    from kvsim.engine.simulate import SUMMARY_QUANTILES, latency_values
-
-    summary = dict(result.summary)
-    # Each latency percentile's 95 % interval from the requests it was taken over (DESIGN.md §Capacity
-    # search, "Sampling"), and how many those were.
-    values = latency_values(result.requests)
-    summary["quantile_n"] = {name: len(v) for name, v in values.items()}
-    summary["quantile_ci"] = {
-        f"{name}_p{round(100 * q)}": list(quantile_interval(v, q))
-        for name, v in values.items()
-        for q in SUMMARY_QUANTILES
-    }
-    summary["mean_ci"] = {f"{name}_mean": list(mean_interval(v)) for name, v in values.items()}
-    code = {text: c for c, text in REJECT_REASONS.items()}
-    reasons = result.requests["reject_reason"].drop_nulls().value_counts()
-    summary["rejected_reasons"] = {code[str(r)]: int(n) for r, n in reasons.iter_rows()}
-    overloaded = queue_growth(result) is not None
-    summary["overloaded"] = overloaded
-    # (a run that served no request measured nothing: not judged, None, as for a probe without the key)
-    served = summary.get("completed") != 0
-    summary["steady"] = (not overloaded and too_short(result) is None) if served else None
-    w = warmup(result)
-    summary["arrival_span_s"] = None if w is None else w[1]
-    return summary
-
-
-def simulate_probe(
-    workload: Any, config: Any, *, goodput: Any = None, backend: str = "rust"
-) -> dict[str, Any]:
-    """The default probe: `kvsim.simulate(workload, config, goodput=...).summary` (one replica), with
-    `overloaded` (`probe_summary`)."""
-    from kvsim.engine.simulate import simulate
-
-    return probe_summary(simulate(workload, config, backend=backend, goodput=goodput))
-
-
-def cluster_probe(
-    workload: Any, config: Any, *, router: str | None = None, goodput: Any = None, backend: str = "rust"
-) -> dict[str, Any]:
-    """The probe of a fleet: `kvsim.simulate_cluster(workload, config).summary`, the config's own
-    `replicas` and `router` unless `router` names another (a `functools.partial` of it with another router
-    is a `best_of` candidate's probe). The default of `smallest_replicas`, and of `plan` for a config of
-    several replicas. With `overloaded` (`probe_summary`)."""
-    from kvsim.engine.cluster import simulate_cluster
-
-    return probe_summary(simulate_cluster(workload, config, router=router, goodput=goodput, backend=backend))
-
-
-def pd_probe(
-    workload: Any,
-    config: Any,
-    *,
-    prefill_replicas: int = 0,
-    pd_threshold_tokens: int | None = None,
-    pd_link_bandwidth: float | None = None,
-    pd_link_latency_s: float | None = None,
-    goodput: Any = None,
-    backend: str = "rust",
-) -> dict[str, Any]:
-    """A fleet's probe: `kvsim.simulate_cluster(workload, config, prefill_replicas=P, ...).summary`
-    (`config.replicas` decode replicas; P = 0: the aggregated fleet of `config.replicas` replicas), with
-    `overloaded` and `steady` (`probe_summary`). `kvsim.analysis.plan_pd`'s searches' probe, here beside
-    the other probes so that `_aside` knows it without importing `plan_pd`."""
-    from kvsim.engine.cluster import simulate_cluster
-
-    knobs: dict[str, Any] = {
-        "pd_threshold_tokens": pd_threshold_tokens,
-        "pd_link_bandwidth": pd_link_bandwidth,
-        "pd_link_latency_s": pd_link_latency_s,
-    }
-    given: dict[str, Any] = {k: v for k, v in knobs.items() if v is not None}  # None: the config's own
-    return probe_summary(
-        simulate_cluster(
-            workload, config, prefill_replicas=prefill_replicas, goodput=goodput, backend=backend, **given
-        )
-    )
-
-
-def default_probe(config: Any) -> Callable[..., dict[str, Any]]:
-    """`cluster_probe` for a config of several replicas (its `replicas` knob) or a list of replica configs
-    (a heterogeneous fleet), else `simulate_probe`."""
-    if isinstance(config, list | tuple):
-        return cluster_probe
-    return cluster_probe if _replica_count(config) > 1 else simulate_probe
-
-
-def set_replicas(config: Any, n: int) -> Any:
-    """`config` with `replicas = n` (`SimConfig.replace`): what `smallest_replicas` varies."""
-    if not hasattr(config, "replace"):
-        raise InvalidArgumentError(
-            f"config {type(config).__name__} has no replica count to vary: smallest_replicas needs one "
-            "SimConfig (a list of replica configs is a fleet of its own length; give replicas= a setter)"
-        )
-    return config.replace(replicas=n)
-
-
-def set_knob(config: Any, value: Any, *, knob: str) -> Any:
-    """`config` with one memory knob set (`num_blocks`, `kv_cache_bytes` or `gpu_memory_utilization`);
-    the knobs below it in the pool's order (DESIGN.md §Defaults: num_blocks, then kv_cache_bytes, then
-    the GPU's memory) are cleared so that the one set decides the pool."""
-    if knob == "num_blocks":
-        return config.replace(num_blocks=int(value))
-    if knob == "kv_cache_bytes":
-        return config.replace(num_blocks=None, kv_cache_bytes=int(value))
-    return config.replace(num_blocks=None, kv_cache_bytes=None, gpu_memory_utilization=float(value))
-
-
-MEMORY_KNOBS = ("num_blocks", "kv_cache_bytes", "gpu_memory_utilization")
+# ------------------------------------------------------------------------------------------ running
 
 
 @dataclass(frozen=True)
@@ -279,89 +161,6 @@ def _run_job(job: _Job) -> tuple[int, dict[str, Any], float]:
     t0 = time.perf_counter()
     summary = dict(job.probe(job.workload, job.config))
     return job.index, summary, time.perf_counter() - t0
-
-
-def unservable(workload: Any, config: Any) -> dict[int, int]:
-    """The workload's requests that every probe of `config` rejects at arrival whatever the value searched
-    (a rate, a replica count, memory), by reason code (`kvsim.reference.engine.REJECT_REASONS`): 1, a
-    prompt that leaves nothing to generate (it reaches `max_model_len`: vLLM refuses it at its API), 7,
-    more samples than `max_num_seqs` running seats (`kvsim.engine.engine_input.always_rejected`). Empty
-    when there are none, or when `config` is not a `SimConfig` (or a list of replica configs alike in
-    `max_model_len`, `max_num_seqs` and `sampling`); for a disaggregated fleet only reason 1 (its prefill
-    replicas seat their own way)."""
-    from kvsim.engine.engine_input import always_rejected, prepare
-    from kvsim.model.config import SimConfig
-
-    configs = list(config) if isinstance(config, list | tuple) else [config]
-    if not configs or not all(isinstance(c, SimConfig) for c in configs):
-        return {}
-    if len({(c.max_model_len, c.max_num_seqs, c.sampling) for c in configs}) > 1:
-        return {}
-    first = configs[0]
-    try:
-        inp = prepare(workload, first)
-    except InvalidArgumentError:
-        return {}  # (every probe says why)
-    reason = always_rejected(inp, first)
-    if first.prefill_replicas > 0:
-        reason[reason == 7] = 0
-    per_row = np.zeros(len(workload), dtype=np.int8)
-    hit = reason > 0
-    per_row[np.asarray(inp.request_row)[hit]] = reason[hit]
-    codes, counts = np.unique(per_row[per_row > 0], return_counts=True)
-    return {int(c): int(n) for c, n in zip(codes, counts, strict=True)}
-
-
-def _probe_func(probe: Any) -> Any:
-    """The function a search's probe calls (a `functools.partial`'s own), None for the default probe: what
-    `_aside` and `settling_reasons` tell kvsim's own probes by, whose rules they know."""
-    return None if probe is None else getattr(probe, "func", probe)
-
-
-def _aside(workload: Any, config: Any, probe: Any) -> dict[int, int]:
-    """`unservable` for a search probed by `probe` (None: the default one): kvsim's own probes
-    (`simulate_probe`, `cluster_probe`, `pd_probe`, as partials) only; another probe may not run the
-    engine's rules, so it sets nothing aside."""
-    func = _probe_func(probe)
-    if func is None or func in (simulate_probe, cluster_probe):
-        return unservable(workload, config)
-    if func is pd_probe:
-        aside = unservable(workload, config)
-        if getattr(probe, "keywords", {}).get("prefill_replicas", 0) > 0:
-            aside.pop(7, None)  # (its prefill replicas seat their own way)
-        return aside
-    return {}
-
-
-def settling_reasons(config: Any, probe: Any, pool_varies: bool) -> frozenset[int]:
-    """The reject reasons (`kvsim.reference.engine.REJECT_REASONS`) that a probe of `config` gives a request
-    at every value searched, so that a probe rejecting every request for them settles the search (`_search`:
-    every probe would reject every request, `all-rejected`): those decided at arrival by the request and
-    one replica's configuration alone (`reject_at_arrival`), 1 (the prompt reaches `max_model_len`), 7
-    (more samples than `max_num_seqs`) and, where the value does not change a replica's pool (a rate, a
-    replica count), 2 and 3 (the request needs more than the pool holds, paged or contiguous). Reasons
-    decided while the run goes on (4, 5: against the cache's hits; 6) are not among them. Empty (no
-    early stop) for a probe other than kvsim's own (`simulate_probe`, `cluster_probe`), a list of
-    replica configs (a request rejected by one replica may be routed to another at another value) and a
-    disaggregated fleet (its prefill replicas seat their own way)."""
-    from kvsim.model.config import SimConfig
-
-    if _probe_func(probe) not in (None, simulate_probe, cluster_probe):
-        return frozenset()
-    if not isinstance(config, SimConfig) or config.prefill_replicas > 0:
-        return frozenset()
-    return frozenset({1, 7}) if pool_varies else frozenset({1, 2, 3, 7})
-
-
-def _settles(summary: Mapping[str, Any], reasons: frozenset[int]) -> bool:
-    """Whether a probe's summary rejected every request, each for one of `reasons` (`settling_reasons`)."""
-    by_reason = summary.get("rejected_reasons")
-    if not reasons or not by_reason or summary.get("completed") != 0:
-        return False
-    return set(by_reason) <= reasons and sum(by_reason.values()) == summary.get("rejected")
-
-
-# ------------------------------------------------------------------------------------------ running
 
 
 def _check_count(name: str, value: Any, lo: int) -> int:
@@ -736,7 +535,7 @@ def plan(
     def make(rate: float) -> tuple[Any, Any, dict[str, Any]]:
         return at_rate(workload, rate, base), config, {}
 
-    aside = _aside(workload, config, probe)
+    aside = unservable(workload, config, probe)
     result = _search(
         search, make, run_probe, slos_, "rate", executor, workers, scheduler, _setup(workload, config),
         unservable=aside, settling=settling_reasons(config, probe, pool_varies=False),
@@ -765,17 +564,6 @@ def clock_floor(workload: Any, base_rate: float) -> float:
 
     last = float(workload.arrival[-1]) if len(workload) else 0.0
     return 2.0 * last * base_rate * PS_PER_S / MAX_TIME_PS
-
-
-def _replica_count(config: Any) -> int:
-    """The replicas a config's probe runs, its prefill replicas counted (a disaggregated fleet of one
-    decode replica is a fleet too)."""
-    replicas = getattr(config, "replicas", None)
-    prefill = getattr(config, "prefill_replicas", None)
-    n = (replicas if isinstance(replicas, int) and replicas > 1 else 1) + (
-        prefill if isinstance(prefill, int) and prefill > 0 else 0
-    )
-    return n
 
 
 __all__ = [

@@ -5,7 +5,7 @@ the same SLOs), each with its goodput per GPU.
 
 Both searches are `smallest_replicas` (integer bisection, `kvsim.analysis.plan_smallest`) over a fleet's
 probe, `pd_probe` (`kvsim.simulate_cluster(..., prefill_replicas=P).summary`; P = 0 is the aggregated
-fleet, bit for bit; it lives with the other probes in `kvsim.analysis.plan`, and is re-exported here). The split search runs one bisection over D per P, P = 1, 2, ...; it assumes monotonicity
+fleet, bit for bit; it lives with the other probes in `kvsim.analysis.plan_probes`, and is re-exported here). The split search runs one bisection over D per P, P = 1, 2, ...; it assumes monotonicity
 in each pool's size (more decode replicas never fail where fewer pass, at a fixed P; more prefill
 replicas never need more decode replicas), so:
 - D(P), the fewest decode replicas meeting the SLOs with P prefill replicas, is searched at most up to
@@ -31,7 +31,8 @@ from typing import Any
 
 import polars as pl
 
-from kvsim.analysis.plan import PlanResult, _check_count, pd_probe, plan
+from kvsim.analysis.plan import PlanResult, _check_count, plan
+from kvsim.analysis.plan_probes import pd_probe
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, SLO, parse_slos
 from kvsim.analysis.plan_smallest import _target, smallest_replicas
 from kvsim.errors import InvalidArgumentError

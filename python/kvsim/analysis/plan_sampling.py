@@ -1,7 +1,7 @@
 """The sampling caveat of capacity search (DESIGN.md §Capacity search, "Sampling"): the quantile a
 percentile SLO bounds, a probe's 95 % interval of an SLO's statistic (a percentile's from order
 statistics, `kvsim.analysis.quantile_ci`; a mean's and a goodput fraction's, `kvsim.analysis.moment_ci`;
-read by `kvsim.analysis.plan.probe_summary` and `fraction_columns`) and whether the probe's verdict is
+read by `kvsim.analysis.plan_probes.probe_summary` and `fraction_columns`) and whether the probe's verdict is
 clear of it (`bound_outside_ci`, `unsure_slos`), the refusal of an SLO no probe can judge (`check_judgeable`), and
 the caveat a search's answer carries when its decisive verdicts rest on their sample (`sample_caveat`,
 `PlanResult.sample_caveat`'s): which, where the sample tells the answer apart, and about how many

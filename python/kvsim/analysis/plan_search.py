@@ -281,7 +281,7 @@ class PlanResult:
         probes: one row per probe in the order run: `round`, the axis (`rate` or the knob), `passed`, one
             column per SLO metric (its value), `rate` (the target rate of knob searches), `completed`,
             `rejected`, `queueing_s_p99` (when the probe's summary has it), from kvsim's probes
-            (`kvsim.analysis.plan.probe_summary`) `overloaded`, `served_rps`, `steady`, `arrival_span_s`
+            (`kvsim.analysis.plan_probes.probe_summary`) `overloaded`, `served_rps`, `steady`, `arrival_span_s`
             and `e2e_s_p99` (whether the run was a steady state, and its length against its latency),
             `wall_s`.
         violations: pairs that contradict monotonicity: (a failing rate, a passing rate above it); for the
@@ -290,12 +290,12 @@ class PlanResult:
         unservable: requests every probe rejected at arrival whatever the value searched, set aside (by
             reason: a prompt that reaches `max_model_len`, which vLLM refuses at its API; more samples
             than running seats): a probe passed if it rejected those and no other, its SLOs judged on the
-            rest (`kvsim.analysis.plan.unservable`). Empty when there are none.
+            rest (`kvsim.analysis.plan_probes.unservable`). Empty when there are none.
         floor_note: why a rate search's floor is where it is, when not the one asked for (the lowest rate whose
             arrivals the simulated clock holds: `kvsim.analysis.plan.clock_floor`); said where no rate down to
             it passed. Empty otherwise.
         settled: where the search stopped before its floor, cap or max_probes because a probe rejected
-            every request for reasons that hold at every value searched (`kvsim.analysis.plan.
+            every request for reasons that hold at every value searched (`kvsim.analysis.plan_probes.
             settling_reasons`: decided at arrival by the request and one replica's configuration), so that
             no further probe could serve one (status `all-rejected`): that probe's requests by reason; else
             empty.
@@ -326,7 +326,7 @@ class PlanResult:
     @property
     def burst(self) -> bool:
         """Whether the answer's probe was overloaded: its queue grew through the run (the probes'
-        `overloaded`, `kvsim.analysis.plan.probe_summary`: the rule of `kvsim run`'s "overloaded" note),
+        `overloaded`, `kvsim.analysis.plan_probes.probe_summary`: the rule of `kvsim run`'s "overloaded" note),
         so it passed as a burst that the run ended on before the growing wait broke the SLOs, not at a
         steady state; the answer then grows with the workload's request count (more requests, `--requests`,
         make a run outlast the SLOs). False without an answer, or for a probe that does not say. One of
@@ -337,7 +337,7 @@ class PlanResult:
     @property
     def steady(self) -> bool | None:
         """Whether the answer's probe ran at a steady state (the probes' `steady`,
-        `kvsim.analysis.plan.probe_summary`; DESIGN.md §Capacity search, "Steady state"): False when it
+        `kvsim.analysis.plan_probes.probe_summary`; DESIGN.md §Capacity search, "Steady state"): False when it
         was overloaded (`burst`) or too short to reach one, its arrivals lasting less than
         `steady_state.STEADY_SPANS` times its requests' e2e p99, so that its engine never held the load the
         rate keeps in it and the answer overstates what the configuration sustains; None without an

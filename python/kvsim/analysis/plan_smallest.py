@@ -12,21 +12,23 @@ from typing import Any
 
 from kvsim._core import POOL_BYTES_PER_BLOCK
 from kvsim.analysis.plan import (
-    MEMORY_KNOBS,
-    _aside,
     _check_count,
     _check_positive,
-    _replica_count,
     _resolve_probe,
     _search,
     _setup,
     at_rate,
+    workload_rate,
+)
+from kvsim.analysis.plan_probes import (
+    MEMORY_KNOBS,
+    _replica_count,
     cluster_probe,
     default_probe,
     set_knob,
     set_replicas,
     settling_reasons,
-    workload_rate,
+    unservable,
 )
 from kvsim.analysis.plan_search import (
     DEFAULT_MAX_PROBES,
@@ -107,7 +109,7 @@ def smallest_replicas(
         return target, replicas(config, int(n)), {"rate": r}
 
     own = replicas is set_replicas
-    aside = _aside(workload, config, probe) if own else None
+    aside = unservable(workload, config, probe) if own else None
     settling = settling_reasons(config, probe, pool_varies=False) if own else frozenset()
     return _search(
         search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config, r),
@@ -230,7 +232,7 @@ def smallest_memory(
 
     return _search(
         search, make, run_probe, slos_, knob, executor, workers, scheduler, _setup(workload, config, r, False),
-        refusals_fail=True, unservable=_aside(workload, config, probe),
+        refusals_fail=True, unservable=unservable(workload, config, probe),
         settling=settling_reasons(config, probe, pool_varies=True),
     )  # fmt: skip
 

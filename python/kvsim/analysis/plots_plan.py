@@ -48,7 +48,7 @@ def plan_finding(result: Any) -> str:
 def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
     """One SLO metric of a capacity search against its axis: passing probes as dots, failing ones as
     crosses, filled where the probe's run was a steady state and hollow where it was not (its `steady`,
-    `kvsim.analysis.plan.probe_summary`: overloaded or too short; one legend entry counts each), a probe
+    `kvsim.analysis.plan_probes.probe_summary`: overloaded or too short; one legend entry counts each), a probe
     with no value of the metric (one that served no request, its `steady` None) not drawn but counted in
     the legend, and a panel that says so where no probe has a value (status `all-rejected`), each probe's 95 % interval of the metric as a vertical bar where kvsim's probes give one
     (`plan_sampling.interval`: a percentile's, a mean's, a goodput fraction's; DESIGN.md §Capacity search,
@@ -75,7 +75,7 @@ def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
         _empty(ax, f"{title}\n{plan_finding(result)}", why)
         return
     ok = probes["passed"].to_list()
-    # (kvsim's probes say whether their run was a steady state, `plan.probe_summary`; other probes do not)
+    # (kvsim's probes say whether their run was a steady state, `plan_probes.probe_summary`; other probes do not)
     steady = probes["steady"].to_list() if "steady" in probes.columns else [None] * len(xs)
     ax.plot(xs, [float("nan") if y is None else y for y in ys], color="#adb5bd", lw=1, zorder=1)
     # (a hollow cross reads as one at a larger size and a thinner edge than a hollow dot)

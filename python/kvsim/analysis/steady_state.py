@@ -4,7 +4,7 @@ overloaded (`queue_growth`: its queue grew through the run) or too short to reac
 needs (`steady_requests`), `kvsim run`'s note on a run too short (`too_short_note`) and `kvsim sweep`'s on
 its points too short (`sweep_too_short_note`, from the rows' `arrival_span_s`) and overloaded
 (`sweep_overloaded_note`, from the rows' `overloaded`), in the words `kvsim run`'s notes use. Read by `kvsim run`'s notes
-(`kvsim.analysis.run_report`), capacity search's probes (`kvsim.analysis.plan.probe_summary`) and its
+(`kvsim.analysis.run_report`), capacity search's probes (`kvsim.analysis.plan_probes.probe_summary`) and its
 answer's caveat (`PlanResult.steady_caveat`), and `kvsim sweep` (`kvsim.analysis.sweep.run_point`,
 `kvsim.cli.cmd_sweep`)."""
 

@@ -229,6 +229,9 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
             self.join_arrivals()
             idle = self.idle
             if self.nxt == n and not final and (idle or self.t >= last_arrival):
+                # (idle: before `async_prev`'s reset below, as the Rust engine's `advance` does too: a row fed
+                # later may arrive by the start of the step in flight and join the next step's schedule,
+                # which the reset, taking the arrivals up to the step's end, would pass by)
                 return
             if self.stalled:  # CPU tier: waits for a transfer or the next arrival
                 if not self.resolve_stall(None):

@@ -371,14 +371,19 @@ impl<'a> Engine<'a> {
         let result = loop {
             join_arrived!(self, arrivals, base, end, nxt);
             if !self.has_work() {
+                if nxt == end && !self.final_input {
+                    // More input to come: the next arrival is not known yet. Before `async_prev`'s reset
+                    // below, as the reference's `advance`: a row fed later may arrive by the start of the
+                    // step in flight and join the next step's schedule, which the reset (taking the
+                    // arrivals up to the step's end) would pass by (a stream then differed from the whole
+                    // run: tests/test_async_scheduling.py).
+                    break Ok(());
+                }
                 if self.async_prev >= 0 {
                     // async_scheduling: nothing left to schedule behind the step in flight (its batch was
                     // only discarded tokens); the engine waits for it, then takes arrivals up to its end.
                     self.async_prev = -1;
                     continue;
-                }
-                if nxt == end && !self.final_input {
-                    break Ok(()); // more input to come: the next arrival is not known yet
                 }
                 if let Some(tier) = &self.tier
                     && tier.has_finished_last()
