@@ -27,6 +27,8 @@ LEGEND_FILLS = """() => Array.from(document.querySelectorAll('.pd-legend .pd-dem
   .filter(e => getComputedStyle(e).backgroundImage === 'none').map(e => getComputedStyle(e).backgroundColor)"""
 SUMMARY = """() => Object.fromEntries(Array.from(document.querySelectorAll('#pd-summary dt'))
   .map(dt => [dt.title, dt.nextElementSibling.textContent]))"""
+LABELS = """() => Object.fromEntries(Array.from(document.querySelectorAll('#pd-summary dt'))
+  .map(dt => [dt.title, dt.textContent]))"""
 
 
 def open_pd(lab: LabPage, **query: Any) -> None:
@@ -112,10 +114,16 @@ def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> Non
         for name in ("prefill", "decode"):
             fills = {c["fill"] for c in sized_lab.page.evaluate(CELLS, name) if c["fill"] != "hatched"}
             assert fills <= legend, (k, name, fills - legend)
-    # The fleet's figures in words and units, the CLI's: KV moved in bytes, the link's utilisation a share.
+    # The fleet's figures in words and units, the CLI's: KV moved in bytes, the link's time in use (its
+    # 2 ms latencies included) apart from the bandwidth used, each a share of the run.
     shown = sized_lab.page.evaluate(SUMMARY)
+    labels = sized_lab.page.evaluate(LABELS)
     s = pd.timeline("disaggregated")["summary"]
     assert shown["pd_link_utilization"] == f"{100 * s['pd_link_utilization']:.1f}%"
+    assert shown["pd_link_bandwidth_utilization"] == f"{100 * s['pd_link_bandwidth_utilization']:.1f}%"
+    assert "latency included" in labels["pd_link_utilization"]
+    assert "bandwidth" in labels["pd_link_bandwidth_utilization"]
+    assert s["pd_link_bandwidth_utilization"] < s["pd_link_utilization"] / 10  # (2 ms against 42 µs a block)
     moved = shown["pd_transfer_bytes"]
     assert moved.endswith(" MiB")
     assert float(moved.split()[0]) * 2**20 == s["pd_transfer_bytes"]

@@ -498,6 +498,7 @@ def timeline(name: str) -> dict[str, Any]:
         "pd_transfer_blocks",
         "pd_transfer_bytes",
         "pd_link_utilization",
+        "pd_link_bandwidth_utilization",
     )
     return {
         "preset": {"name": p.name, "title": p.title, "description": p.description},
