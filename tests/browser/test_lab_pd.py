@@ -76,7 +76,8 @@ def assert_drawn(lab: LabPage, snap: dict[str, Any]) -> None:
         assert row["cells"][2] == f"{q['generated']} of {q['max_tokens']}"
         assert row["cells"][3] == (" ".join(f"P{b}" for b in q["prefill_blocks"]) or "—")
         assert row["cells"][4] == (" ".join(f"P{b}" for b in q["decode_blocks"]) or "—")
-        assert row["cells"][5].startswith(f"{q['transfer_blocks']} blocks" if q["transfer_blocks"] else "—")
+        moved = f"{q['transfer_blocks']} blocks ({q['decode_hit_blocks']} hit on decode), link "
+        assert row["cells"][5].startswith(moved if q["transfer_blocks"] else "—")
         # Every cell is on screen, at a phone's width too (the transfer's column was hidden there).
         assert all(row["shown"]), row
     # A preempted or recomputing request's phase is drawn in the colour of the single-replica page's
@@ -93,6 +94,14 @@ def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> Non
     opening = pd.opening(r)
     assert int(sized_lab.page.get_attribute("#pd", "data-instant")) == opening
     assert_drawn(sized_lab, pd.snapshot(r, opening))
+    # req-2's row says it moves 5 blocks with no hit on the decode replica (req-1's copies were in flight
+    # when it was admitted), the description says why; req-3 hits req-1's 4 there and moves 2.
+    seek(sized_lab, len(r.instants) - 1)
+    cells = {row["name"]: row["cells"][5] for row in sized_lab.page.evaluate(ROWS)}
+    assert cells["req-2"].startswith("5 blocks (0 hit on decode), link ")
+    assert cells["req-3"].startswith("2 blocks (4 hit on decode), link ")
+    assert "req-2 moves all 5 of its blocks" in sized_lab.page.text_content("#pd-description")
+    seek(sized_lab, opening)
     # It opens on a transfer on the link (its blocks hatched in the decode pool) while req-1 decodes.
     hatched = sized_lab.page.evaluate(CELLS, "decode")
     assert any(c["transfer"] for c in hatched)

@@ -91,7 +91,9 @@ function drawRequests(snap) {
       `${q.generated} of ${q.max_tokens}`,
       q.prefill_blocks.length ? q.prefill_blocks.map((b) => `P${b}`).join(" ") : "—",
       q.decode_blocks.length ? q.decode_blocks.map((b) => `P${b}`).join(" ") : "—",
-      q.transfer_blocks ? `${q.transfer_blocks} blocks, link ${fmtMs(q.link_start_s)}–${fmtMs(q.link_end_s)}, seen ${fmtMs(q.seen_s)}` : "—",
+      q.transfer_blocks
+        ? `${q.transfer_blocks} blocks (${q.decode_hit_blocks} hit on decode), link ${fmtMs(q.link_start_s)}–${fmtMs(q.link_end_s)}, seen ${fmtMs(q.seen_s)}`
+        : "—",
     ];
     cells.forEach((text, j) => { if (tr.children[j].textContent !== text) tr.children[j].textContent = text; });
   });
