@@ -723,13 +723,38 @@ def test_human_table_groups_with_units(capsys):
     for group in (  # no GPU: the timed groups say their times are ticks (tests/test_cli_says.py)
         "== throughput (seconds of ticks: 1 ms a step, not a GPU's time) ==",
         "== latency (ms of ticks: 1 ms a step, not a GPU's time) ==",
-        "== memory (means time-weighted over busy time) ==",
+        "== memory (means time-weighted over busy time unless a line says per step) ==",
         "== cache ==",
         "== preemption ==",
     ):
         assert group in out
     assert "req/s" in out
     assert "request goodput" in out
+
+
+def test_the_memory_headings_word_is_true_of_each_mean_under_it(capsys):
+    """The heading said "means time-weighted over busy time" above `mean batch (per step)`, a mean over
+    steps (the time-weighted batch was in --json only). Each mean under it is the summary's time-weighted
+    key unless its label says per step; the two batches differ where steps differ in length (a roofline:
+    a prefill step lasts longer than a decode step), so the labels tell apart figures that differ."""
+    argv = ["run", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "12GiB"]
+    argv += ["--workload", "sharegpt:arrival_rate=2", "--requests", "200"]
+    s = _json(capsys, argv)["summary"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("== memory (means time-weighted over busy time unless a line says per step) ==")
+    rows = {}
+    for line in out[at + 1 :]:
+        if line.startswith("=="):
+            break
+        label, value = re.split(r"\s{2,}", line.strip())[:2]
+        rows[label] = float(value.split()[0].replace(",", ""))
+    assert rows["mean batch (time-weighted)"] == pytest.approx(s["time_weighted_batch"], rel=1e-3)
+    assert rows["mean batch (per step)"] == pytest.approx(s["mean_batch"], rel=1e-3)
+    assert abs(s["time_weighted_batch"] - s["mean_batch"]) > 0.01 * s["mean_batch"]
+    assert rows["KV utilization (tokens stored)"] == pytest.approx(100 * s["kv_utilization"], abs=0.05)
+    per_step = [label for label in rows if "per step" in label]
+    assert per_step == ["mean batch (per step)"]
 
 
 def test_a_fleets_memory_figures_say_they_are_one_replicas(capsys):
@@ -742,7 +767,10 @@ def test_a_fleets_memory_figures_say_they_are_one_replicas(capsys):
     assert min(r["mean_batch"] for r in per) <= s["mean_batch"] <= max(r["mean_batch"] for r in per)
     assert s["peak_allocated_fraction"] == max(r["peak_allocated_fraction"] for r in per)
     assert main(argv) == 0
-    head = "== memory (one replica's: means time-weighted over the 2 replicas' busy time, peaks the fullest one's) =="
+    head = (
+        "== memory (one replica's: means time-weighted over the 2 replicas' busy time unless a line says per "
+        "step, peaks the fullest one's) =="
+    )
     assert head in capsys.readouterr().out
     pd = ["--prefill-replicas", "1", "--pd-link-ps-per-block", "1000000"]
     assert main([*argv[:-1], "3", *pd]) == 0

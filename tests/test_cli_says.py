@@ -10,6 +10,7 @@ import shlex
 
 import pytest
 
+from kvsim.analysis.sweep_stats import is_share
 from kvsim.cli import build_parser, main
 from kvsim.cli.flags import GROUPS, RUN_EXAMPLES, VLLM_FLAGS, VLLM_V0_FLAGS, _knob_flags
 from kvsim.model.config import CLUSTER_KNOBS
@@ -197,9 +198,10 @@ def test_a_sweep_that_runs_with_and_without_a_tier_shows_the_tiers_metrics(capsy
 
 def test_a_sweeps_intervals_say_what_they_are_and_flag_a_share_past_its_bounds(capsys, tmp_path):
     """Two seeds printed `slo_attainment 0.649 ± 4.0` with no legend: a t-interval (t = 12.7 at one degree
-    of freedom) far outside a share's [0, 1]. A line under the table says what ± is and over how many
-    seeds; a share's interval past 0 or 1 is kept as computed and marked, and the legend says what the mark
-    means; other metrics' intervals are not marked."""
+    of freedom) far outside a share's [0, 1]. A line under the table says what a cell is (the mean over
+    the seeds) and what ± is and over how many seeds; a share's interval (in percentage points) past 0 %
+    or 100 % is kept as computed and marked, and the legend says what the mark means; other metrics'
+    intervals are not marked."""
     out = tmp_path / "s.parquet"
     argv = ["sweep", "--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=2GiB"]
     argv += ["--base", "pool_null_block=extra"]  # (the pool this case was found on: one block more than v1's)
@@ -209,24 +211,29 @@ def test_a_sweeps_intervals_say_what_they_are_and_flag_a_share_past_its_bounds(c
     lines = capsys.readouterr().out.splitlines()
     header, rows = printed_table(lines)
     marked = 0
+    past = " (past 0..100 %)"
     assert header[:3] == ["block_size", "num_blocks", "n_seeds"]
     for name in header[3:]:
         for cell in (r[header.index(name)] for r in rows):
-            mean, ci = (float(x) for x in cell.removesuffix(" (past 0..1)").split(" ± "))
-            past = mean - ci < 0 or mean + ci > 1
-            assert cell.endswith("(past 0..1)") == (past and name.startswith("slo_attainment")), (name, cell)
-            marked += cell.endswith("(past 0..1)")
-    assert marked  # (this sweep has one: slo_attainment 0.045 ± 0.064)
-    legend = [ln for ln in lines if ln.startswith(("±: ", "(past 0..1): "))]
-    assert legend[0].startswith("±: the 95 % t-interval's half-width over each point's 2 seeds: ")
+            mean, ci = (float(x.replace(",", "")) for x in cell.removesuffix(past).split(" ± "))
+            bound = 100 if is_share(name) else 1
+            beyond = mean - ci < 0 or mean + ci > bound
+            assert cell.endswith(past) == (beyond and name.startswith("slo_attainment")), (name, cell)
+            marked += cell.endswith(past)
+    assert marked  # (this sweep has one: slo_attainment 4.5 ± 6.4)
+    legend = [ln for ln in lines if ln.startswith(("mean over ", past.strip() + ": "))]
+    assert legend[0].startswith(
+        "mean over each point's 2 seeds (a count's to a tenth where it is not whole) ± "
+    )
+    assert "the 95 % t-interval's half-width (a share's in percentage points)" in legend[0]
     assert "t = 12.7 at 2 seeds (so the interval is wide" in legend[0]
-    assert legend[1].startswith("(past 0..1): a share (in [0, 1]) whose interval reaches below 0 or above 1")
+    assert legend[1].startswith("(past 0..100 %): a share whose interval reaches below 0 % or above 100 %")
     # One seed: no interval, no legend.
     assert (
         main([*argv[: argv.index("--seeds")], "--output", str(tmp_path / "one.parquet"), "--no-progress"])
         == 0
     )
-    assert not [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("±", "(past"))]
+    assert not [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("mean over", "(past"))]
 
 
 def test_a_sweep_shows_what_its_axes_move(capsys, tmp_path):
@@ -241,7 +248,7 @@ def test_a_sweep_shows_what_its_axes_move(capsys, tmp_path):
     assert col["block_size"] == ["16", "32"]
     # 12 GiB cut into blocks of each size (983.04 and 491.52 of them)
     assert (int(col["num_blocks"][0]), int(col["num_blocks"][1])) == (983, 491)
-    assert 0.0 < float(col[frag][0]) < float(col[frag][1]) < 1.0
+    assert 0.0 < float(col[frag][0]) < float(col[frag][1]) < 100.0  # (percent)
     assert header[5:] == ["throughput_rps", "e2e_s_p99"]  # then what any knob is for
     assert "kv_utilization" not in header  # block size barely moves it (0.3533 and 0.3537 once)
     # A policy grid leads with what a policy moves; --show still chooses.

@@ -146,6 +146,23 @@ def check_run(workload, config, names, prefill_config=None):
             pool = snap["pools"][p]
             assert all(not c["requests"] for c in pool["blocks"] if c["cached"])
             assert pool["cached"] == sum(1 for c in pool["blocks"] if c["cached"])
+    # 7. A request's hits on the decode replica at its admission (the blocks it need not move) and the blocks
+    # it moves are its prompt's full blocks; none of its hits is a block another request's transfer still
+    # fills (keyless until that transfer is seen: vLLM caches a remote request's blocks once its read is
+    # done, `allocate_slots(delay_cache_blocks=True)`), which the page shows in its Transfer cell.
+    ev = r.events[1]
+    remote = np.flatnonzero(r.link_start >= 0).tolist()
+    for row in remote:
+        when = int(r.admit[row])
+        at = (ev["seq"] == row) & (ev["time_ps"] == when) & (ev["kind"] == pd.PREFIX_HIT)
+        hit = set(ev["block"][at].tolist())
+        assert len(hit) == r.decode_hits[row]
+        assert r.decode_hits[row] + r.transfer_blocks[row] == prompt[row] // block, row
+        for other in remote:
+            if other != row and pd.phase(r, other, when) in pd.TRANSFER_PHASES:
+                assert not hit & r.transfer_ids[other], (row, other)
+        shown = snaps[int(np.searchsorted(r.instants, when))]["requests"][row]
+        assert shown["decode_hit_blocks"] == r.decode_hits[row]
     # 6. Tokens: none before the first token, the engine's count from the finish; in between one more at
     # each of the decode replica's steps that starts after the first token (a request never preempted:
     # it samples in every step), or, for one preempted, one more at a time and none while it is preempted
@@ -215,6 +232,13 @@ def test_the_preset_shows_a_transfer_while_another_request_decodes():
     assert [b["id"] for b in blocks if b["cached"] == "req-1"]
     # (each of them cached, or still held by a later request that hit it)
     assert all(b["cached"] == "req-1" or b["requests"] for b in blocks if b["id"] in (1, 2, 3, 4, 5))
+    # req-2 moves all 5 of its full blocks, the 4 it shares with req-1 too: the decode replica admits it
+    # while req-1's transfer of them is on the link (keyless until seen); req-3 and req-4, admitted after
+    # req-1's transfer was seen, hit those 4 and move 2 each (check_run: no hit on a block in flight).
+    assert pd.phase(r, 0, int(r.admit[1])) in pd.TRANSFER_PHASES
+    assert (r.decode_hits.tolist(), r.transfer_blocks.tolist()) == ([0, 0, 4, 4, 4], [5, 5, 2, 2, 0])
+    assert r.admit[2] >= r.admit[0] + r.load_wait[0]
+    assert "req-2 moves all 5 of its blocks" in pd.get("disaggregated").description
     # A transfer is told from its request's admission on the decode replica, not before.
     for i in range(len(r.instants)):
         for row, q in enumerate(pd.snapshot(r, i)["requests"]):

@@ -226,6 +226,13 @@ def test_the_ttft_split_adds_up_and_the_links_queue(backend):
     assert sum(x["pd_link_busy_ps"] for x in c) == transfers * round(latency_s * 1e12) + blocks * per_block
     assert r.summary["pd_transfers"] == transfers > 0
     assert 0 < r.summary["pd_link_utilization"] <= 1
+    # The links' time in use counts each transfer's latency (the next transfer waits it out); the bandwidth
+    # used is the bytes' time alone, blocks × time per block, over the same D × makespan.
+    run_ps = len(c) * r.summary["makespan_s"] * 1e12
+    in_use, moving = r.summary["pd_link_utilization"], r.summary["pd_link_bandwidth_utilization"]
+    assert moving == pytest.approx(blocks * per_block / run_ps, rel=1e-9)
+    assert in_use - moving == pytest.approx(transfers * round(latency_s * 1e12) / run_ps, rel=1e-9)
+    assert 0 < moving < in_use
     assert 0 < r.summary["prefill_busy_fraction"] <= 1
     assert r.summary["ttft_transfer_p99_s"] >= r.summary["ttft_transfer_p50_s"] > 0
     util = (r.summary["prefill_busy_fraction"], r.summary["decode_busy_fraction"])
@@ -376,7 +383,8 @@ def test_kvsim_run_prints_the_split(capsys, backend):
     section = out.split("== disaggregation: 1 prefill : 2 decode replicas; ", 1)[1].splitlines()
     assert [line.split()[0] for line in section[2:6]] == ["prefill", "prefill", "transfer", "decode"]
     assert section[6].lstrip().startswith("transfers: ")
-    assert "link utilisation" in section[6]
+    assert "link in use " in section[6]
+    assert "% of the run (latency included), bandwidth used " in section[6]
     assert "busy time (busy / makespan): prefill replicas" in section[7]
     assert "busy imbalance (busier / idler side): " in section[8]
     assert main([*argv, "--json"]) == 0

@@ -117,7 +117,7 @@ def test_a_sweep_whose_points_reject_different_requests_shows_it(capsys, tmp_pat
     cols, rows = printed_table(out.splitlines())
     assert cols.index("rejected") == cols.index("throughput_rps") - 1
     rejected = {r[cols.index("model")]: r[cols.index("rejected")] for r in rows}
-    assert rejected == {"llama-3-8b": "159.0", "qwen3-8b": "22.0", "gpt-oss-20b": "0.0"}
+    assert rejected == {"llama-3-8b": "159", "qwen3-8b": "22", "gpt-oss-20b": "0"}
     (note,) = _lines(out, "note: the points")  # (and qwen3-8b's too short: tests/test_sweep_notes.py)
     assert note.startswith("note: the points rejected different numbers of requests (0 to 159 of 300")
     # A grid that rejects nothing shows no such column nor note.

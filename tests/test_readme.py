@@ -285,10 +285,11 @@ def test_the_readme_sweep_note_is_what_its_command_prints(capsys, tmp_path):
 
     text = (ROOT / "README.md").read_text()
     m = re.search(
-        r"\$ (kvsim sweep --grid max_num_seqs=16,64 [^\n]*\\\n[^\n]*)\n\.\.\.\n(note: [^\n]*)\n", text
+        r"\$ (kvsim sweep --grid max_num_seqs=16,64 (?:[^\n]*\\\n)+[^\n]*)\n(?:[^\n]*\n)*?(note: [^\n]*)\n",
+        text,
     )
     assert m, "the README's sweep note example"
-    cmd = m.group(1).replace("\\\n", " ")
+    cmd = re.sub(r"\\\n\s*", " ", m.group(1))
     assert main([*shlex.split(cmd)[1:], "--output", str(tmp_path / "s.parquet")]) == 0
     (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: not a steady")]
     assert note == m.group(2)

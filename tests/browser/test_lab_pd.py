@@ -27,6 +27,8 @@ LEGEND_FILLS = """() => Array.from(document.querySelectorAll('.pd-legend .pd-dem
   .filter(e => getComputedStyle(e).backgroundImage === 'none').map(e => getComputedStyle(e).backgroundColor)"""
 SUMMARY = """() => Object.fromEntries(Array.from(document.querySelectorAll('#pd-summary dt'))
   .map(dt => [dt.title, dt.nextElementSibling.textContent]))"""
+LABELS = """() => Object.fromEntries(Array.from(document.querySelectorAll('#pd-summary dt'))
+  .map(dt => [dt.title, dt.textContent]))"""
 
 
 def open_pd(lab: LabPage, **query: Any) -> None:
@@ -74,7 +76,8 @@ def assert_drawn(lab: LabPage, snap: dict[str, Any]) -> None:
         assert row["cells"][2] == f"{q['generated']} of {q['max_tokens']}"
         assert row["cells"][3] == (" ".join(f"P{b}" for b in q["prefill_blocks"]) or "—")
         assert row["cells"][4] == (" ".join(f"P{b}" for b in q["decode_blocks"]) or "—")
-        assert row["cells"][5].startswith(f"{q['transfer_blocks']} blocks" if q["transfer_blocks"] else "—")
+        moved = f"{q['transfer_blocks']} blocks ({q['decode_hit_blocks']} hit on decode), link "
+        assert row["cells"][5].startswith(moved if q["transfer_blocks"] else "—")
         # Every cell is on screen, at a phone's width too (the transfer's column was hidden there).
         assert all(row["shown"]), row
     # A preempted or recomputing request's phase is drawn in the colour of the single-replica page's
@@ -91,6 +94,14 @@ def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> Non
     opening = pd.opening(r)
     assert int(sized_lab.page.get_attribute("#pd", "data-instant")) == opening
     assert_drawn(sized_lab, pd.snapshot(r, opening))
+    # req-2's row says it moves 5 blocks with no hit on the decode replica (req-1's copies were in flight
+    # when it was admitted), the description says why; req-3 hits req-1's 4 there and moves 2.
+    seek(sized_lab, len(r.instants) - 1)
+    cells = {row["name"]: row["cells"][5] for row in sized_lab.page.evaluate(ROWS)}
+    assert cells["req-2"].startswith("5 blocks (0 hit on decode), link ")
+    assert cells["req-3"].startswith("2 blocks (4 hit on decode), link ")
+    assert "req-2 moves all 5 of its blocks" in sized_lab.page.text_content("#pd-description")
+    seek(sized_lab, opening)
     # It opens on a transfer on the link (its blocks hatched in the decode pool) while req-1 decodes.
     hatched = sized_lab.page.evaluate(CELLS, "decode")
     assert any(c["transfer"] for c in hatched)
@@ -112,10 +123,16 @@ def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> Non
         for name in ("prefill", "decode"):
             fills = {c["fill"] for c in sized_lab.page.evaluate(CELLS, name) if c["fill"] != "hatched"}
             assert fills <= legend, (k, name, fills - legend)
-    # The fleet's figures in words and units, the CLI's: KV moved in bytes, the link's utilisation a share.
+    # The fleet's figures in words and units, the CLI's: KV moved in bytes, the link's time in use (its
+    # 2 ms latencies included) apart from the bandwidth used, each a share of the run.
     shown = sized_lab.page.evaluate(SUMMARY)
+    labels = sized_lab.page.evaluate(LABELS)
     s = pd.timeline("disaggregated")["summary"]
     assert shown["pd_link_utilization"] == f"{100 * s['pd_link_utilization']:.1f}%"
+    assert shown["pd_link_bandwidth_utilization"] == f"{100 * s['pd_link_bandwidth_utilization']:.1f}%"
+    assert "latency included" in labels["pd_link_utilization"]
+    assert "bandwidth" in labels["pd_link_bandwidth_utilization"]
+    assert s["pd_link_bandwidth_utilization"] < s["pd_link_utilization"] / 10  # (2 ms against 42 µs a block)
     moved = shown["pd_transfer_bytes"]
     assert moved.endswith(" MiB")
     assert float(moved.split()[0]) * 2**20 == s["pd_transfer_bytes"]

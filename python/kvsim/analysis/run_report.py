@@ -342,6 +342,7 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("internal_fragmentation_of_allocated", "internal fragmentation / allocated", "%"),
             ("reservation_waste", "reservation waste / pool", "%"),
             ("external_fragmentation", "external fragmentation / pool", "%"),
+            ("time_weighted_batch", "mean batch (time-weighted)", "sequences"),
             ("mean_batch", "mean batch (per step)", "sequences"),
             ("peak_batch", "peak batch", "sequences"),
         ),
@@ -412,9 +413,12 @@ def render_table(
     Without prefix caching (`prefix_caching` False) the hit rates read "off", not a measured 0.0 %.
     `tick` (a run whose time model is ticks: its step's time, `1 ms`) heads the timed groups with it, so
     they read as ticks, not a GPU's time. The memory group's heading says what its figures are: weighted
-    over the busy time, and for a fleet (`replicas`: its replicas, and its prefill replicas besides them)
-    one replica's, averaged over the (decode) replicas, its peaks the fullest one's."""
+    over the busy time unless a line says per step, and for a fleet (`replicas`: its replicas, and its
+    prefill replicas besides them) one replica's, averaged over the (decode) replicas, its peaks the
+    fullest one's."""
     from kvsim.engine.metrics import _pct_key
+
+    per_step = "unless a line says per step"  # (mean_batch, over steps, beside time_weighted_batch)
 
     values = {**summary, **serving}
     lines: list[str] = []
@@ -431,11 +435,13 @@ def render_table(
         head = f" (seconds{ticks})" if title == "throughput" and tick else ""
         if title == "memory":
             n, prefill = replicas
-            head = " (means time-weighted over busy time)"
+            # (it said "means time-weighted" above the per-step batch alone, the time-weighted one unshown)
+            head = f" (means time-weighted over busy time {per_step})"
             if n > 1:
                 which = f"the {n} decode replicas" if prefill else f"the {n} replicas"  # (prefill ones apart)
                 head = (
-                    f" (one replica's: means time-weighted over {which}' busy time, peaks the fullest one's)"
+                    f" (one replica's: means time-weighted over {which}' busy time {per_step}, peaks the "
+                    "fullest one's)"
                 )
         lines.append(f"== {title}{head} ==")
         # (a run in which no step ran, every request rejected at once, has no busy time to weigh its memory
@@ -667,6 +673,7 @@ PD_KEYS = (
     "pd_transfer_blocks",
     "pd_transfer_bytes",
     "pd_link_utilization",
+    "pd_link_bandwidth_utilization",
     "prefill_prefix_hit_tokens",
     "prefill_prompt_tokens",
     "prefill_prefix_hit_rate",
@@ -731,8 +738,11 @@ def render_pd(s: dict[str, Any]) -> str:
         # (over no time or no step: None, "-")
         return "-" if s[key] is None else f"{scale * s[key]:{fmt}}"
 
+    # (rev49: "link utilisation" counted each transfer's fixed latency as busy time, which read as the
+    # bandwidth used: 25 % for 1.7 % of the bandwidth on the lab's preset of 2 ms latencies)
     lines.append(
-        f"  transfers: {s['pd_transfers']:,} ({moved}); link utilisation {fig('pd_link_utilization', '.2f', 100)} %"
+        f"  transfers: {s['pd_transfers']:,} ({moved}); link in use {fig('pd_link_utilization', '.2f', 100)} % "
+        f"of the run (latency included), bandwidth used {fig('pd_link_bandwidth_utilization', '.2f', 100)} %"
     )
     if s["pd_transfers"] < s["pd_disaggregated"]:  # (rev48b #11: 599 transfers of 600 routed, unexplained)
         lines.append(

@@ -52,6 +52,7 @@ SHARE_METRICS: frozenset[str] = frozenset(
         "cpu_tier_occupancy",
         "cpu_tier_peak_occupancy",
         "pd_link_utilization",
+        "pd_link_bandwidth_utilization",
         "decode_busy_fraction",
         "prefill_busy_fraction",
         "slo_attainment",

@@ -30,7 +30,7 @@ from kvsim.analysis.sweep import (
     parse_grid_args,
     run_sweep,
 )
-from kvsim.analysis.sweep_stats import aggregate, is_share, point_axes, workloads_named_once
+from kvsim.analysis.sweep_stats import point_axes, workloads_named_once
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
 from kvsim.cli.flags import METRICS_POINTER, FlagError, Parser, _add_workload_flags, _Formatter, _run_parser
@@ -42,6 +42,7 @@ from kvsim.cli.refusals import (
     sweep_sizing_notes,
 )
 from kvsim.cli.run import _int_flag, cmd_run
+from kvsim.cli.sweep_table import TRANSPORT, VERDICTS, ci_legend, multi_gpu_transports, sweep_table
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.lab import cli as lab_cli
 from kvsim.model.config import PAPER_SETUP
@@ -100,9 +101,6 @@ AXIS_METRICS: dict[str, tuple[str, ...]] = {
 
 # After the metrics the axes move: the throughput and the tail latency (what any knob is for).
 AFTER_MOVED = ("throughput_rps", "e2e_s_p99")
-VERDICTS = ("overloaded",)
-"""Row columns that are a run's yes or no (`overloaded`: its queue grew through it, `kvsim run`'s note):
-`--show` prints `yes` / `no` where a point's seeds agree, else how many of them say yes (`sweep_table`)."""
 
 
 def default_show(spec: SweepSpec, known: Sequence[str]) -> list[str]:
@@ -405,9 +403,6 @@ def known_metrics(spec: SweepSpec, skip_invalid: bool = False) -> list[str]:
     return [*known, "arrival_span_s", "steady_requests", *VERDICTS, "wall_s", "workload_s"]
 
 
-PAST_BOUNDS = "(past 0..1)"
-
-
 def with_rejected(show: list[str], frame: Any) -> list[str]:
     """The default metrics (`default_show`) with `rejected` where some point rejected requests (before the
     throughput, which is over the requests served): points that reject different requests are measured on
@@ -447,24 +442,6 @@ def rejected_note(frame: Any) -> str | None:
     )
 
 
-TRANSPORT = "collective_transport"
-
-
-def multi_gpu_transports(frame: Any) -> list[str]:
-    """How a sweep's points on more than one GPU (tp · dp > 1) pass their collectives between GPUs
-    (`SimConfig.collective_transport`, the rows' `collective_transport`), each once in the order met; none
-    where the rows lack the column (a sweep file from before it)."""
-    import polars as pl
-
-    if TRANSPORT not in frame.columns:
-        return []
-    gpus = pl.lit(1)
-    for c in ("tensor_parallel_size", "data_parallel_size"):
-        if c in frame.columns:
-            gpus = gpus * pl.col(c).fill_null(1)
-    return frame.filter(gpus > 1)[TRANSPORT].drop_nulls().unique(maintain_order=True).to_list()
-
-
 def transport_note(frame: Any) -> str | None:
     """A note when every multi-GPU point of a sweep stages its collectives through host memory (PCIe
     without peer-to-peer: a GeForce card's default, or `pcie_p2p=false`), which no column shows then (the
@@ -481,79 +458,6 @@ def transport_note(frame: Any) -> str | None:
         f"{HOST_STAGED_LATENCY_PS / 1e6:g} µs more a collective); pcie_p2p=true prices GPUs that do "
         "peer-to-peer"
     )
-
-
-def ci_legend(table: Any) -> list[str]:
-    """The lines under a sweep table that say what its `±` is (the seeds it is over, and t's size with
-    few of them), and what `(past 0..1)` marks; none when no cell has an interval."""
-    import polars as pl
-
-    from kvsim.analysis.sweep_stats import t_quantile_975
-
-    cells = [c for c in table.columns if table[c].dtype == pl.String]
-    if not any(table[c].str.contains(" ± ", literal=True).any() for c in cells):
-        return []
-    n = sorted(set(table["n_seeds"].to_list()))
-    seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]} to {n[-1]}"
-    few = min(n)
-    lines = [
-        f"±: the 95 % t-interval's half-width over each point's {seeds} seeds: t(0.975, n-1) × std / √n, "
-        f"t = {t_quantile_975(few - 1):.3g} at {few} seeds"
-        + (" (so the interval is wide: run more --seeds to narrow it)" if few <= 3 else "")
-    ]
-    if any(table[c].str.contains(PAST_BOUNDS, literal=True).any() for c in cells):
-        lines.append(
-            f"{PAST_BOUNDS}: a share (in [0, 1]) whose interval reaches below 0 or above 1, printed as "
-            "computed: the t-interval means little so near a share's bound; more seeds narrow it"
-        )
-    return lines
-
-
-def sweep_table(frame: Any, spec: SweepSpec, show: Sequence[str]) -> Any:
-    """The rows aggregated across seeds, in grid order, with the parameters that vary as the axes (the
-    grid's names and, if several, the workload) and `mean ± 95 % CI` of each metric in `show` (of a
-    verdict, `VERDICTS`, yes, no or how many seeds say yes); where the
-    multi-GPU points pass their collectives between GPUs in different ways (`multi_gpu_transports`: a GPU
-    with NVLink and one without, `pcie_p2p` on and off), the `collective_transport` each point resolves to
-    after the axes (one way for all of them: no column; host-staged, `transport_note` says it)."""
-    import polars as pl
-
-    from kvsim.analysis.sweep_stats import parameter_columns
-
-    verdicts = [m for m in show if m in VERDICTS]
-    if verdicts:  # (a yes or no a seed: its mean is the share of the seeds saying yes)
-        frame = frame.with_columns(pl.col(verdicts).cast(pl.Float64))
-    differs = len(multi_gpu_transports(frame)) > 1
-    agg = aggregate(frame, metrics=show, by=[*parameter_columns(frame), TRANSPORT] if differs else None)
-    agg = workloads_named_once(agg, spec.grid)  # (a grid's workload parameters have their own columns)
-    axes = point_axes(agg, spec.grid) + ([TRANSPORT] if differs else [])
-    cols = [pl.col(c) for c in axes] + [pl.col("n_seeds")]
-    for m in show:
-        if m in verdicts:
-            share, n = pl.col(f"{m}_mean"), pl.col(f"{m}_n") if f"{m}_n" in agg.columns else pl.col("n_seeds")
-            yes = (share * n).round(0).cast(pl.Int64)
-            said = pl.when(share == 1).then(pl.lit("yes")).when(share == 0).then(pl.lit("no"))
-            cols.append(said.otherwise(pl.format("{} of {} seeds", yes, n)).alias(m))
-            continue
-        mean = pl.col(f"{m}_mean").round_sig_figs(4)
-        cell = pl.format("{} ± {}", mean, pl.col(f"{m}_ci95").round_sig_figs(2)).fill_null(
-            mean.cast(pl.String)
-        )
-        if is_share(m):  # (a share's t-interval past [0, 1] is shown as computed, and flagged)
-            raw, ci = pl.col(f"{m}_mean"), pl.col(f"{m}_ci95")
-            cell = (
-                pl.when((raw - ci < 0) | (raw + ci > 1))
-                .then(pl.format("{} {}", cell, pl.lit(PAST_BOUNDS)))
-                .otherwise(cell)
-            )
-        if f"{m}_n" in agg.columns:  # (some seeds without a value: the cell says over how many)
-            cell = (
-                pl.when(pl.col(f"{m}_n") < pl.col("n_seeds"))
-                .then(pl.format("{} ({} of {})", cell, pl.col(f"{m}_n"), pl.col("n_seeds")))
-                .otherwise(cell)
-            )
-        cols.append(cell.alias(m))
-    return agg.select(cols)
 
 
 def _runs_of(outcome: Any) -> str:
@@ -654,13 +558,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         import polars as pl
 
         # (a metric's whole name: polars cuts names and cells at 32 characters by default, and
-        # internal_fragmentation_of_allocated read `internal_fragmentation_of_allo…`)
+        # internal_fragmentation_of_allocated read `internal_fragmentation_of_allo…`; a cell wrapped onto
+        # two lines at 200 characters in all), and each column's unit under its name, not its dtype
         with pl.Config(
-            tbl_rows=200, tbl_cols=30, tbl_width_chars=200, tbl_hide_dataframe_shape=True, fmt_str_lengths=80
-        ):
+            tbl_rows=200, tbl_cols=30, tbl_width_chars=1000, tbl_hide_dataframe_shape=True, fmt_str_lengths=80,
+            tbl_hide_column_data_types=True,
+        ):  # fmt: skip
             if args.show is None:
                 show = with_rejected(show, outcome.frame)
-            table = sweep_table(outcome.frame, spec, show)
+            table = sweep_table(outcome.frame, spec.grid, show)
             print(table)
             for line in ci_legend(table):
                 print(line)

@@ -278,7 +278,10 @@ def _pd_result(
         blocks * block_bytes * first_cfg.tensor_parallel_size if block_bytes is not None else None
     )
     link_busy = sum(c["pd_link_busy_ps"] for c in decode_c)
+    # (the links' time in use, each transfer's fixed latency included, during which the next transfer on
+    # the link waits; and the part of it the bytes took, blocks × time per block: the bandwidth used)
     s["pd_link_utilization"] = over(link_busy, d * makespan)
+    s["pd_link_bandwidth_utilization"] = over(blocks * pd.link_ps_per_block, d * makespan)
     s.update(pd_prefix_hits(decode_c, prefill_c))
     for pool, cs in (("decode", decode_c), ("prefill", prefill_c)):
         busy = sum(c["busy_ps"] for c in cs)

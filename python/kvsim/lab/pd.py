@@ -78,7 +78,10 @@ def disaggregated() -> PdPreset:
     and their full blocks move to the decode replica; req-5's part not cached on the decode replica (8
     tokens) is under the 32-token threshold, so it prefills there (conditional disaggregation). The link
     is given a 2 ms latency (the preset's steps last 1 ms; at 50 GB/s a block moves in 42 µs, so without
-    it a transfer would land within a step)."""
+    it a transfer would land within a step). req-2 moves its 4 shared blocks too: the decode replica
+    admits it at 3 ms, while req-1's copies are still on the link (1.0 to 3.2 ms), keyless until their
+    read is seen (vLLM: `allocate_slots(..., delay_cache_blocks=True)` for a remote prefill), so it
+    finds no hit; req-3 and req-4, admitted after, hit those 4 and move 2 blocks each."""
     rows = [([(SHARED, 64), (100 + i, 16 + 8 * i)], 12 + 4 * i) for i in range(4)]
     rows.append(([(SHARED, 64), (104, 8)], 10))
     w = _table(rows, [0.0, 0.002, 0.004, 0.006, 0.012], PD_MAX_TOKENS)
@@ -98,7 +101,11 @@ def disaggregated() -> PdPreset:
             "A prefill replica computes each prompt, its full blocks move over the link to the decode "
             "replica, which holds blocks for them while they are in flight and then decodes. req-5's "
             "uncached part is under the 32-token threshold: it prefills on the decode replica. The link "
-            "is given a 2 ms latency so that a transfer spans steps."
+            "is given a 2 ms latency so that a transfer spans steps. req-2 moves all 5 of its blocks, "
+            "the 4 it shares with req-1 too: when the decode replica admits it (3 ms), req-1's copies of "
+            "them are still on the link, and blocks in flight are not in the prefix cache until their "
+            "transfer is seen complete (as in vLLM), so it finds no hit there; req-3 and req-4, admitted "
+            "after req-1's landed, hit those 4 and move 2 each."
         ),
         workload=w,
         config=cfg,
@@ -166,6 +173,7 @@ class PdRun:
     finish: np.ndarray
     load_wait: np.ndarray
     transfer_blocks: np.ndarray
+    decode_hits: np.ndarray  # per row, the blocks its first admission on the decode replica hit
     link_start: np.ndarray  # -1: no transfer
     link_end: np.ndarray
     events: tuple[dict[str, np.ndarray], dict[str, np.ndarray]]  # (prefill replica 0, decode replica 0)
@@ -221,6 +229,7 @@ def run(
             raise InternalError("a replica's event log goes back in time")
     admit = np.full(n, -1, dtype=np.int64)
     blocks = np.zeros(n, dtype=np.int64)
+    hits = np.zeros(n, dtype=np.int64)
     kind, seq, t = decode_ev["kind"], decode_ev["seq"], decode_ev["time_ps"]
     admitted: dict[int, set[int]] = {}
     current = -1
@@ -235,6 +244,8 @@ def run(
         elif kind[i] == ALLOCATE and current == int(seq[i]) and int(t[i]) == admit[current]:
             blocks[current] += 1  # the admission's new blocks: the transfer's (a remote request's)
             admitted[current].add(int(decode_ev["block"][i]))
+        elif kind[i] == PREFIX_HIT and current == int(seq[i]) and int(t[i]) == admit[current]:
+            hits[current] += 1  # its hits there: the blocks it need not move
         elif kind[i] not in (PREFIX_HIT, EVICT):  # an admission: its hits, its allocations, evictions
             current = -1
     load_wait = np.asarray(cols["load_wait_ps"], dtype=np.int64)
@@ -292,6 +303,7 @@ def run(
         finish=np.asarray(cols["finish"], dtype=np.int64),
         load_wait=load_wait,
         transfer_blocks=transfer_blocks,
+        decode_hits=hits,
         link_start=start,
         link_end=end,
         events=(prefill_ev, decode_ev),
@@ -442,6 +454,10 @@ def snapshot(r: PdRun, index: int) -> dict[str, Any]:
                 "prefill_blocks": in_pool[0],
                 "decode_blocks": in_pool[1],
                 "transfer_blocks": int(r.transfer_blocks[row]) if known else 0,
+                # (the blocks its admission there hit, which it does not move: none of them a block
+                # another request's transfer still fills, keyless until seen, as vLLM caches a remote
+                # request's blocks only once its read is done)
+                "decode_hit_blocks": int(r.decode_hits[row]) if known else 0,
                 "link_start_s": _s(r.link_start[row]) if known else None,
                 "link_end_s": _s(r.link_end[row]) if known else None,
                 "seen_s": _s(r.admit[row] + r.load_wait[row]) if known else None,
@@ -498,6 +514,7 @@ def timeline(name: str) -> dict[str, Any]:
         "pd_transfer_blocks",
         "pd_transfer_bytes",
         "pd_link_utilization",
+        "pd_link_bandwidth_utilization",
     )
     return {
         "preset": {"name": p.name, "title": p.title, "description": p.description},

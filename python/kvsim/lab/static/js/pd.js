@@ -12,7 +12,10 @@ const SUMMARY = {
   pd_transfers: ["transfers", int],
   pd_transfer_blocks: ["blocks moved", int],
   pd_transfer_bytes: ["KV moved", bytes],
-  pd_link_utilization: ["link utilisation (busy / run)", pct],
+  // (a transfer holds the link for its fixed latency too, the next one waiting: "in use" counts it, which
+  // read as bandwidth used under "link utilisation"; the bandwidth used is the bytes' time alone)
+  pd_link_utilization: ["link in use (latency included) / run", pct],
+  pd_link_bandwidth_utilization: ["link bandwidth used (bytes' time) / run", pct],
 };
 const fmtMs = (s) => (s == null ? "—" : `${(s * 1000).toFixed(3)} ms`);
 
@@ -55,7 +58,8 @@ function drawLink(snap, tm) {
     `<br><small>${snap.transfers_done} transfer(s) done</small>`;
   const ticks = tm && tm.name === "ticks";
   $("pd-link-spec").textContent =
-    `latency ${fmtMs(l.latency_s)} + ${(l.s_per_block * 1e6).toFixed(1)} µs per block; one transfer at a time` +
+    `latency ${fmtMs(l.latency_s)} + ${(l.s_per_block * 1e6).toFixed(1)} µs per block; one transfer at a time: ` +
+    "the next starts when it ends, its latency included (the link in use, moving no bytes)" +
     (ticks ? `. The link’s figures are a real link’s; the replicas’ steps are ticks of ${secs(tm.step_s).replace(".0 ms", " ms")}, ` +
       "not a GPU’s step time, so a transfer’s span in steps is not one a GPU would see" : "");
   $("pd-link-spec").dataset.timeModel = tm ? tm.name : "";
@@ -87,7 +91,9 @@ function drawRequests(snap) {
       `${q.generated} of ${q.max_tokens}`,
       q.prefill_blocks.length ? q.prefill_blocks.map((b) => `P${b}`).join(" ") : "—",
       q.decode_blocks.length ? q.decode_blocks.map((b) => `P${b}`).join(" ") : "—",
-      q.transfer_blocks ? `${q.transfer_blocks} blocks, link ${fmtMs(q.link_start_s)}–${fmtMs(q.link_end_s)}, seen ${fmtMs(q.seen_s)}` : "—",
+      q.transfer_blocks
+        ? `${q.transfer_blocks} blocks (${q.decode_hit_blocks} hit on decode), link ${fmtMs(q.link_start_s)}–${fmtMs(q.link_end_s)}, seen ${fmtMs(q.seen_s)}`
+        : "—",
     ];
     cells.forEach((text, j) => { if (tr.children[j].textContent !== text) tr.children[j].textContent = text; });
   });

@@ -1,0 +1,92 @@
+"""`kvsim sweep`'s printed table reads as `kvsim run` reads (newcomer review: `kv_utilization 0.8221` beside
+run's `KV utilization 82.2 %`, `rejected 159.0` for a count): a share in percent, a count whole where it is
+whole and to a tenth where a mean over seeds is not, each column's unit under its name; the rows on disk
+keep the raw values."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from kvsim.analysis.run_report import _GROUPS
+from kvsim.analysis.sweep_stats import is_share
+from kvsim.cli import main
+from kvsim.cli.sweep_table import cell, fmt_value, unit
+from tests.table_common import printed_header, printed_table
+
+SHOW = "kv_utilization,peak_allocated_fraction,preemptions,rejected,peak_batch,mean_batch,throughput_rps,e2e_s_p99"
+
+
+def _sweep(capsys, tmp_path, seeds: int) -> tuple[list[str], list[str], list[list[str]], pl.DataFrame]:
+    out = tmp_path / f"s{seeds}.parquet"
+    argv = ["sweep", "--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=2GiB"]
+    argv += ["--grid", "block_size=16,32", "--workload", "sharegpt:arrival_rate=8", "--requests", "120"]
+    argv += ["--seeds", str(seeds), "--show", SHOW, "--output", str(out), "--no-progress"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names, units = printed_header(lines)
+    header, rows = printed_table(lines)
+    assert header == names
+    # (a line says the cells are means over seeds, once, where there are several)
+    assert len([ln for ln in lines if ln.startswith("mean over each point's ")]) == (seeds > 1)
+    return names, units, rows, pl.read_parquet(out)
+
+
+def test_one_seed_prints_shares_in_percent_and_counts_whole_and_keeps_the_rows_raw(capsys, tmp_path):
+    names, units, rows, frame = _sweep(capsys, tmp_path, 1)
+    assert frame["kv_utilization"].max() < 1  # (the parquet's share is raw, a fraction)
+    assert frame["preemptions"].dtype.is_integer()
+    for row in rows:
+        (point,) = frame.filter(pl.col("block_size") == int(row[0])).iter_rows(named=True)
+        for name, shown in zip(names, row, strict=True):
+            value = point.get(name)
+            if name in ("block_size", "num_blocks", "n_seeds") or value is None:
+                continue
+            if is_share(name):
+                assert shown == f"{100 * value:.1f}", (name, shown, value)
+            elif isinstance(value, int):
+                assert shown == f"{value:,}", (name, shown, value)  # (no ".0")
+            else:
+                assert float(shown.replace(",", "")) == pytest.approx(value, rel=1e-3), (name, shown)
+    # Each column's unit under its name: run's where run prints the metric.
+    said = dict(zip(names, units, strict=True))
+    assert said["kv_utilization"] == said["peak_allocated_fraction"] == "%"
+    assert said["throughput_rps"] == "req/s"
+    assert said["e2e_s_p99"] == "s"
+    assert said["mean_batch"] == said["peak_batch"] == "sequences"
+    assert said["rejected"] == "requests"
+    assert said["preemptions"] == ""  # (run's bare count)
+    run_units = {k: u for _, group in _GROUPS for k, _, u in group}
+    assert (run_units["kv_utilization"], run_units["mean_batch"]) == ("%", "sequences")
+
+
+def test_several_seeds_print_the_mean_and_say_so_once(capsys, tmp_path):
+    names, _, rows, frame = _sweep(capsys, tmp_path, 3)
+    means = frame.group_by("block_size").agg(pl.col("preemptions", "peak_batch", "kv_utilization").mean())
+    for row in rows:
+        (point,) = means.filter(pl.col("block_size") == int(row[0])).iter_rows(named=True)
+        for name in ("preemptions", "peak_batch"):
+            mean = point[name]
+            shown = row[names.index(name)].split(" ± ")[0]
+            assert shown == (f"{mean:,.0f}" if mean.is_integer() else f"{mean:,.1f}"), (name, shown, mean)
+        shown = row[names.index("kv_utilization")].split(" ± ")[0]
+        assert shown == f"{100 * point['kv_utilization']:.1f}"
+
+
+def test_a_cell_is_its_mean_in_runs_units():
+    assert fmt_value(0.8221, "share") == "82.2"
+    assert fmt_value(159.0, "count") == "159"
+    assert fmt_value(159.5, "count") == "159.5"
+    assert fmt_value(1 / 3, "count") == "0.3"
+    assert fmt_value(12345.0, "count") == "12,345"
+    assert fmt_value(0.747912, "value") == "0.7479"
+    assert fmt_value(1234.56, "value") == "1,234.6"
+    # a share's half-width in percentage points, flagged past 0..100 %; a count's, two figures
+    assert cell(0.045, 0.064, "share", 2, 2) == "4.5 ± 6.4 (past 0..100 %)"
+    assert cell(0.5, 0.1, "share", 2, 2) == "50.0 ± 10"
+    assert cell(159.5, 6.35, "count", 2, 2) == "159.5 ± 6.3"
+    assert cell(3.0, 0.0, "count", 1, 2) == "3 ± 0 (1 of 2)"
+    assert cell(None, None, "value", 0, 2) == "null"
+    assert unit("ttft_s_p50") == unit("load_wait_s_mean") == "s"
+    assert unit("recomputed_tokens") == "tokens"
+    assert unit("slo_attainment_ttft") == "%"
