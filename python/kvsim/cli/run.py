@@ -17,14 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.analysis.run_report import (
-    data_parallel_notes,
-    fleet_record,
-    render_fleet,
     render_groups,
     render_table,
     render_tier,
     run_notes,
 )
+from kvsim.analysis.run_report_fleet import data_parallel_notes, fleet_record, render_fleet
 from kvsim.analysis.sweep import (
     CONFIG_FIELDS,
     WORKLOADS,
