@@ -312,6 +312,7 @@ def size_pool(
     tensor_parallel_size: int = 1,
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
+    in_flight_batches: int = 2,
     enable_prefix_caching: bool = True,
     hybrid_kv_cache_manager: str = "auto",
     gdn_prefill_backend: str = "auto",
@@ -333,7 +334,8 @@ def size_pool(
     (`kvsim.model.memory`): the share of device memory less the weights (`quantization`: vLLM's
     `--quantization`; a multimodal checkpoint's towers, `kvsim.model.encoders`, unless
     `language_model_only`; the rotary caches, `kvsim.model.rope`), the activation peak, non-torch memory
-    and CUDA graphs (none with `enforce_eager`).
+    and CUDA graphs (none with `enforce_eager`). `in_flight_batches` (vLLM's `max_concurrent_batches`: 2 with
+    async scheduling, 1 without) bounds a sliding-window or chunked-local group's blocks per request.
     With a model the result carries vLLM's four start-up figures (`PoolSizing.figures`).
 
     Raises:
@@ -417,7 +419,8 @@ def size_pool(
         "kv_room_bytes": max(g.memory_bytes - m.loaded_bytes, 0) if m is not None and g is not None else None,
     }
     context = max_model_len if max_model_len is not None else (m.max_model_len if m else 0)
-    in_flight = 2 * max_num_batched_tokens  # vLLM's async scheduling keeps two batches in flight
+    # vLLM's VllmConfig.max_in_flight_tokens: two batches with async scheduling (its default), one without
+    in_flight = in_flight_batches * max_num_batched_tokens
 
     def figures(
         vllm_blocks: int, available: int | None, profile: V0Startup | None = None
