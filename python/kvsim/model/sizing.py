@@ -52,7 +52,7 @@ from kvsim.model.machete import machete_zero_bytes
 from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
 from kvsim.model.models import Model, model_label, with_quantization
 from kvsim.model.models import resolve as resolve_model
-from kvsim.model.mxfp4_padding import mxfp4_padding_bytes, mxfp4_triton_layout_bytes
+from kvsim.model.mxfp4_padding import mxfp4_layout_bytes, mxfp4_padding_bytes
 from kvsim.model.quant import min_capability
 from kvsim.model.shard import resolve, shard
 from kvsim.model.sizing_checks import (
@@ -376,8 +376,8 @@ def size_pool(
         pad = mxfp4_padding_bytes(
             base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
         )
-        # gpt-oss on the OAI Triton kernels: float32 expert biases, Hopper's padded layouts
-        pad += mxfp4_triton_layout_bytes(
+        # gpt-oss on the OAI Triton or TRT-LLM kernels: float32 expert biases; Triton's padded layouts on Hopper
+        pad += mxfp4_layout_bytes(
             base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
         )
         # Machete's 16-bit zero points on Hopper (AWQ, asymmetric compressed-tensors int weights)
