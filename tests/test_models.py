@@ -908,3 +908,32 @@ def test_dynamic_ntk_and_telechat_yarn_rows_follow_vllm():
         == rows({"rope_type": "yarn", **yarn}, 8192)
         == 16384
     )
+
+
+@pytest.mark.parametrize(
+    ("cfg", "said"),
+    [
+        (
+            {"architectures": ["Rwkv7ForCausalLM"], "model_type": "rwkv7", "hidden_size": 4096},
+            "Rwkv7ForCausalLM (model_type 'rwkv7') is an RWKV model, which vLLM 0.33.0 does not serve",
+        ),
+        (
+            {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 2560},
+            "MambaForCausalLM (model_type 'mamba') is a state-space model without attention layers",
+        ),
+    ],
+)
+def test_an_attention_free_architecture_is_refused_by_name(cfg, said, tmp_path, capsys):
+    """An RWKV-7 config was refused as having no 'num_attention_heads': now by its architecture (vLLM 0.33.0's
+    registry has no RWKV; kvsim models Mamba layers only beside attention), one line, exit 2."""
+    from kvsim.cli import main
+
+    cfg = {**cfg, "num_hidden_layers": 32, "vocab_size": 65536}
+    with pytest.raises(InvalidArgumentError, match=re.escape(said)):
+        hf_config._from_dict(cfg, "r", "r", "r", None)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["run", "--model", str(path), "--gpu", "h200"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert said in err[0]
