@@ -165,7 +165,9 @@ def test_an_empty_batch_schedules_again_when_the_step_in_flight_ends(backend):
 
 
 def test_the_knob_is_off_by_default_and_refused_where_not_modelled():
-    assert kvsim.SimConfig(num_blocks=100).async_scheduling is False
+    assert (
+        kvsim.SimConfig(num_blocks=100).async_scheduling is None
+    )  # (vLLM's default deployment: synchronous)
     for knobs, named in (
         ({"policy": "orca-max", "max_model_len": 200}, "policy 'orca-max'"),
         ({"preemption": "swap", "cpu_blocks": 4}, "preemption 'swap'"),

@@ -1958,3 +1958,27 @@ def test_sweep_refuses_a_swap_space_and_a_models_knob_no_point_reads(capsys):
     assert main(["sweep", "--base", "num_blocks=300", "--base", "cpu_blocks=40", *grid, *small]) == 0
     grid = ["--grid", "model=llama-3-8b"]
     assert main(["sweep", "--base", "num_blocks=300", "--base", "tensor_parallel_size=2", *grid, *small]) == 0
+
+
+def test_a_block_size_no_gpu_backend_takes_is_noted_with_a_model_on_a_gpu(capsys):
+    """vLLM 0.33.0 takes any positive --block-size in its config (`CacheConfig.block_size`, `gt=0`) but starts
+    no GPU attention backend for one that is not a multiple of 16 (`get_supported_kernel_block_sizes`); kvsim
+    runs it (the paper's block-size study, the tests' small blocks) and says so in one note, only where a
+    model runs on a GPU and the size was given."""
+    from kvsim.cli import main
+
+    said = "vLLM 0.33.0 starts no attention backend on a GPU for it (each takes multiples of 16 only"
+    for size, noted in (("7", True), ("8", True), ("32", False)):
+        args = ["run", "--model", "llama-3.1-8b", "--gpu", "h200", "--block-size", size, "--requests", "2"]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert (f"note: block size {size}: {said}" in out) is noted, size
+    assert (
+        main(
+            ["run", "--model", "llama-3.1-8b", "--num-blocks", "500", "--block-size", "7", "--requests", "2"]
+        )
+        == 0
+    )
+    assert said not in capsys.readouterr().out  # (no GPU: a free simulation)
+    assert main(["run", "--num-blocks", "500", "--block-size", "7", "--requests", "2"]) == 0
+    assert said not in capsys.readouterr().out

@@ -30,6 +30,11 @@ TOWERS = {
     "gemma-3-12b": ("siglip_vision_model", 411_279_984, 10_010_880),
     "gemma-3-27b": ("siglip_vision_model", 411_279_984, 11_780_352),
     "llama-4-scout": ("llama4_vision_model", 870_825_728, 1_106_688),
+    "llama-4-maverick": (
+        "llama4_vision_model",
+        870_825_728,
+        1_106_688,
+    ),  # (Scout's tower: the same vision_config)
     "mistral-small-3.1-24b": ("pixtral", 434_110_464, 4_847_616),
     "qwen3.6-35b-a3b": ("qwen3_5_moe_vision", 441_955_440, 4_615_808),
     "gemma-4-31b": ("gemma4_vision", 0, 575_743_536),

@@ -99,6 +99,8 @@ def hybrid_configs(draw) -> kvsim.SimConfig:
         waiting_over_budget=draw(st.sampled_from(["stop", "skip"])),
         watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
         max_model_len=draw(st.one_of(st.none(), st.integers(60, 300))),
+        # (vLLM's default deployment's two batches in flight, or --no-async-scheduling's one: the caps differ)
+        async_scheduling=draw(st.sampled_from([None, False])),
     )
     layout = cfg.pool.layout
     retention = draw(st.sampled_from([0, 0, None, layout.scheduler_block_size * 2]))

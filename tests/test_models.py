@@ -869,3 +869,71 @@ def test_the_host_link_is_the_hosts_and_geforce_tensor_rates_accumulate_in_fp32(
     assert gpus.get("b200").pcie_bandwidth == 64e9
     assert gpus.get("b200").pcie_bandwidth == gpus.get("h100-80gb").pcie_bandwidth
     assert gpus.get("rtx-2070").peak_flops == pytest.approx(59.7e12 / 2, rel=0.002)
+
+
+@pytest.mark.parametrize(
+    ("rope", "said"),
+    [
+        ({"rope_type": "mystery", "factor": 4.0}, "rope_type 'mystery' is not one vLLM 0.33.0 builds"),
+        ({"type": "mystery"}, "rope_type 'mystery' is not one vLLM 0.33.0 builds"),
+        ({"rope_type": "dynamic"}, "rope_type 'dynamic' needs a 'factor' or an 'alpha'"),
+    ],
+)
+def test_a_rope_type_vllm_cannot_build_is_refused_by_name(rope, said, tmp_path, capsys):
+    """vLLM 0.33.0's get_rope raises on a rope_type it has no class for (kvsim had counted such a cache as
+    `max_position_embeddings` rows); the CLI says so in one line, exit 2."""
+    from kvsim.cli import main
+
+    cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), "rope_scaling": rope}
+    with pytest.raises(InvalidArgumentError, match=re.escape(said)):
+        hf_config._from_dict(cfg, "r", "r", "r", None)
+    path = tmp_path / "rope.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["run", "--model", str(path), "--gpu", "h200", "--requests", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert said in err[0]
+
+
+def test_dynamic_ntk_and_telechat_yarn_rows_follow_vllm():
+    """vLLM 0.33.0: DynamicNTKScalingRotaryEmbedding builds `max_position_embeddings` rows (its
+    `_compute_cos_sin_cache` takes `torch.arange(self.max_position_embeddings)`), and `telechat3-yarn` is
+    renamed `yarn` before get_rope (`patch_legacy_rope_type`): `original × factor` rows."""
+    from kvsim.model.rope import rows
+
+    assert rows({"rope_type": "dynamic", "factor": 4.0}, 8192) == 8192
+    yarn = {"factor": 4.0, "original_max_position_embeddings": 4096}
+    assert (
+        rows({"rope_type": "telechat3-yarn", **yarn}, 8192)
+        == rows({"rope_type": "yarn", **yarn}, 8192)
+        == 16384
+    )
+
+
+@pytest.mark.parametrize(
+    ("cfg", "said"),
+    [
+        (
+            {"architectures": ["Rwkv7ForCausalLM"], "model_type": "rwkv7", "hidden_size": 4096},
+            "Rwkv7ForCausalLM (model_type 'rwkv7') is an RWKV model, which vLLM 0.33.0 does not serve",
+        ),
+        (
+            {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 2560},
+            "MambaForCausalLM (model_type 'mamba') is a state-space model without attention layers",
+        ),
+    ],
+)
+def test_an_attention_free_architecture_is_refused_by_name(cfg, said, tmp_path, capsys):
+    """An RWKV-7 config was refused as having no 'num_attention_heads': now by its architecture (vLLM 0.33.0's
+    registry has no RWKV; kvsim models Mamba layers only beside attention), one line, exit 2."""
+    from kvsim.cli import main
+
+    cfg = {**cfg, "num_hidden_layers": 32, "vocab_size": 65536}
+    with pytest.raises(InvalidArgumentError, match=re.escape(said)):
+        hf_config._from_dict(cfg, "r", "r", "r", None)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["run", "--model", str(path), "--gpu", "h200"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert said in err[0]

@@ -224,25 +224,46 @@ def test_gpt_oss_on_the_triton_kernels_keeps_float32_biases_and_hoppers_padded_s
     rows to 256 (hopper_scale.py lines 22-30: 5,760 to 5,888, 2,880 to 3,072); the value layout pads rows to
     16 and bytes to 32 (none for 2,880). gpt-oss-120b at tp 1 (36 layers of 128 experts): biases (5,760 +
     2,880) x (4 - 2) bytes, scales (5,888 + 3,072) x 92 - (5,760 + 2,880) x 90 each expert and layer."""
-    from kvsim.model.mxfp4_padding import mxfp4_triton_layout_bytes
+    from kvsim.model.mxfp4_padding import mxfp4_layout_bytes
 
     per = (5760 + 2880) * 2 + (5888 + 3072) * 92 - (5760 + 2880) * 90
     assert per == 17_280 + 46_720
     m = resolve("gpt-oss-120b")
-    assert mxfp4_triton_layout_bytes(m, "sm_90", 1) == 36 * 128 * per == 294_912_000
-    assert mxfp4_triton_layout_bytes(resolve("gpt-oss-20b"), "sm_90", 1) == 24 * 32 * per == 49_152_000
+    assert mxfp4_layout_bytes(m, "sm_90", 1) == 36 * 128 * per == 294_912_000
+    assert mxfp4_layout_bytes(resolve("gpt-oss-20b"), "sm_90", 1) == 24 * 32 * per == 49_152_000
     # tp 2: each rank's 1,440 padded to 1,472 (Triton's 64); biases 32 experts x (2 x 1,472 + 2,880) float32
     # held, the bf16 half of (2 x 2,880 + 2,880) counted; scales w13 2,944 rows -> 3,072 x 92 and w2 2,880 ->
     # 3,072 x 48 (46 groups of the 1,472 inputs, to 48), for 2,944 x 90 + 2,880 x 46
     bias = 24 * 32 * (2 * 1472 + 2880) * 4 - 24 * 32 * 8640 * 2 // 2
     scales = 24 * 32 * ((3072 * 92 + 3072 * 48) - (2944 * 90 + 2880 * 46))
-    assert mxfp4_triton_layout_bytes(resolve("gpt-oss-20b"), "sm_90", 2) == bias + scales == 36_323_328
+    assert mxfp4_layout_bytes(resolve("gpt-oss-20b"), "sm_90", 2) == bias + scales == 36_323_328
     # ROCm's Triton (hidden and intermediate padded to 256): the biases only, at the padded widths
     rocm = 24 * 32 * (2 * 3072 + 3072) * 4 - 24 * 32 * 8640 * 2
-    assert mxfp4_triton_layout_bytes(resolve("gpt-oss-20b"), "gfx942", 1) == rocm
-    # Marlin (A100), FlashInfer (B200): nothing; other models: nothing
-    assert mxfp4_triton_layout_bytes(m, "sm_80", 1) == mxfp4_triton_layout_bytes(m, "sm_100", 1) == 0
-    assert mxfp4_triton_layout_bytes(resolve("qwen3-30b-a3b"), "sm_90", 1) == 0
+    assert mxfp4_layout_bytes(resolve("gpt-oss-20b"), "gfx942", 1) == rocm
+    # Marlin (A100): nothing (bf16 biases); other models: nothing
+    assert mxfp4_layout_bytes(m, "sm_80", 1) == 0
+    assert mxfp4_layout_bytes(resolve("qwen3-30b-a3b"), "sm_90", 1) == 0
     pool = size_pool("gpt-oss-120b", "h200", 16)
     assert pool.figures is not None
     assert round(pool.figures.model_loading_bytes / GIB, 2) == 61.07  # 60.80 before
+
+
+def test_gpt_oss_on_flashinfers_trtllm_kernels_keeps_float32_biases():
+    """vLLM 0.33.0's FlashInfer TRT-LLM MXFP4 backend (gpt-oss's default on B200 and B300) pads each rank's
+    intermediate to 128 and the hidden size to 256 (`mxfp4_round_up_hidden_size_and_intermediate_size`,
+    fused_moe/oracle/mxfp4.py lines 871-873; kvsim had this) and casts the expert biases to float32 (its
+    `TRTLLM_BACKENDS` branch, lines 1026-1027), which kvsim had left bf16: gpt-oss-120b at tp 1, 36 layers of
+    128 experts of (2 x 2,944 + 3,072) float32 biases held, the bf16 (2 x 2,880 + 2,880) counted."""
+    from kvsim.model.mxfp4_padding import MXFP4_GPT_OSS_ALIGN, mxfp4_layout_bytes, mxfp4_padding
+
+    m = resolve("gpt-oss-120b")
+    assert MXFP4_GPT_OSS_ALIGN["sm_100"] == MXFP4_GPT_OSS_ALIGN["sm_103"] == (256, 128)
+    assert mxfp4_padding(m, "sm_100", 1).width == 2944
+    extra = 36 * 128 * (2 * 2944 + 3072) * 4 - 36 * 128 * 8640 * 2
+    assert mxfp4_layout_bytes(m, "sm_100", 1) == mxfp4_layout_bytes(m, "sm_103", 1) == extra == 85_524_480
+    # tp 2: each rank's 1,440 padded to 1,536, the bf16 share counted halved
+    extra2 = 36 * 128 * (2 * 1536 + 3072) * 4 - 36 * 128 * 8640 * 2 // 2
+    assert mxfp4_layout_bytes(m, "sm_100", 2) == extra2
+    figures = size_pool("gpt-oss-120b", "b200", 16).figures
+    assert figures is not None
+    assert round(figures.model_loading_bytes / GIB, 2) == 66.01  # 65.93 with bf16 biases

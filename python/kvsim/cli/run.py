@@ -542,6 +542,24 @@ def block_size_note(config: Any) -> str | None:
     )
 
 
+def backend_block_size_note(config: Any) -> str | None:
+    """A note where the block size given with a model on a GPU is one vLLM 0.33.0 cannot serve: its
+    `CacheConfig.block_size` takes any positive size (`vllm/config/cache.py`), but it then picks an attention
+    backend that supports the size (`AttentionBackend.supports_block_size`, `vllm/v1/attention/backend.py`), and
+    every GPU backend takes only multiples of 16 (`get_supported_kernel_block_sizes`: FlashAttention, Triton
+    and FlexAttention `MultipleOf(16)`, FlashInfer 16, 32 or 64, the MLA ones 16 to 128), so `vllm serve`
+    stops at start-up ("No valid attention backend found"). kvsim runs the size as asked (a simulator's
+    experiment: the paper's block-size study, the tests' small blocks); None otherwise."""
+    asked = config._given.get("block_size")
+    if asked is None or config.model is None or config.gpu is None or config.block_size % 16 == 0:
+        return None
+    return (
+        f"block size {config.block_size}: vLLM 0.33.0 starts no attention backend on a GPU for it (each takes "
+        'multiples of 16 only: it stops with "No valid attention backend found"); kvsim runs it as asked, as an '
+        "experiment, not a deployment vLLM serves"
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import kvsim
     from kvsim.engine import metrics
@@ -602,9 +620,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if fleet and several:  # (a fleet of DP ranks: what a replica is, and the groups they make)
         notes.extend(data_parallel_notes(result))
     notes.extend(encoder_notes(config))
-    raised = block_size_note(config)
-    if raised is not None:
-        notes.append(raised)
+    for note in (block_size_note(config), backend_block_size_note(config)):
+        if note is not None:
+            notes.append(note)
     out = {
         "kvsim_version": kvsim.__version__,
         "argv": getattr(args, "_argv", None),

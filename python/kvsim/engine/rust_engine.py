@@ -50,7 +50,7 @@ def config_kwargs(config: SimConfig) -> dict[str, Any]:
         chunked_prefill=config.chunked_prefill,
         full_prompt_gate=config.admission_gate == "full-prompt",
         skip_over_budget=config.waiting_over_budget == "skip",
-        async_scheduling=config.async_scheduling,
+        async_scheduling=config.async_scheduling is True,  # (None, vLLM's default deployment: synchronous)
         watermark_blocks=config.watermark_blocks,
         watermark_while_running=config.watermark_rule == "while-running",
         one_free_block=config.append_check == "one-free-block",

@@ -21,6 +21,20 @@ _SIGLIP_896 = {
     "patch_size": 14,
     "vision_use_head": False,
 }
+# Llama 4's vision tower and projector (Scout's and Maverick's published vision_config).
+_LLAMA4_VISION = {
+    "hidden_size": 1408,
+    "image_size": 336,
+    "intermediate_size": 5632,
+    "model_type": "llama4_vision_model",
+    "multi_modal_projector_bias": False,
+    "num_channels": 3,
+    "num_hidden_layers": 34,
+    "patch_size": 14,
+    "projector_input_dim": 4096,
+    "projector_output_dim": 4096,
+    "vision_output_dim": 4096,
+}
 WRAPPERS: dict[str, dict[str, Any]] = {
     # Kimi-K3's MoonViT tower and projector (vLLM's `MoonViT3dPretrainedModel`, `KimiK25MultiModalProjector`):
     # its config names no model_type, and kvsim does not count it (`Model.uncounted` says so).
@@ -69,22 +83,11 @@ WRAPPERS: dict[str, dict[str, Any]] = {
             "use_clipped_linears": True,
         },
     },
-    "llama-4-scout": {
-        "model_type": "llama4",
-        "vision_config": {
-            "hidden_size": 1408,
-            "image_size": 336,
-            "intermediate_size": 5632,
-            "model_type": "llama4_vision_model",
-            "multi_modal_projector_bias": False,
-            "num_channels": 3,
-            "num_hidden_layers": 34,
-            "patch_size": 14,
-            "projector_input_dim": 4096,
-            "projector_output_dim": 4096,
-            "vision_output_dim": 4096,
-        },
-    },
+    "llama-4-scout": {"model_type": "llama4", "vision_config": _LLAMA4_VISION},
+    # Maverick's published config.json carries the same tower (NVIDIA/TensorRT-LLM's Llama 4 tests quote its
+    # vision_config field for field, there with num_hidden_layers overridden to 0 "because we don't need the
+    # vision model"; Scout's published 34 here), which vLLM's Llama4ForConditionalGeneration loads.
+    "llama-4-maverick": {"model_type": "llama4", "vision_config": _LLAMA4_VISION},
     "mistral-small-3.1-24b": {
         "model_type": "mistral3",
         "torch_dtype": "bfloat16",

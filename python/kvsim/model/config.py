@@ -66,6 +66,7 @@ from kvsim.model.knobs import (
     convert,
     default,
 )
+from kvsim.model.layer_types import in_flight_batches
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's CacheConfig.DEFAULT_BLOCK_SIZE
 
@@ -150,7 +151,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     waiting_over_budget: str = default("waiting_over_budget")
     watermark: float = default("watermark")
     watermark_rule: str = default("watermark_rule")
-    async_scheduling: bool = default("async_scheduling")
+    async_scheduling: bool | None = default("async_scheduling")
     append_check: str = default("append_check")
     max_model_len: int | None = default("max_model_len")
     allow_long_max_model_len: bool = default("allow_long_max_model_len")
@@ -422,6 +423,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
             enable_prefix_caching=self.enable_prefix_caching,
+            in_flight_batches=in_flight_batches(self.async_scheduling),
             hybrid_kv_cache_manager=self.hybrid_kv_cache_manager,
             gdn_prefill_backend=self.gdn_prefill_backend,
             max_model_len=self.max_model_len,
@@ -442,10 +444,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
 
     @property
     def max_in_flight_tokens(self) -> int:
-        """vLLM 0.33's bound on tokens scheduled but not yet settled: two batches of
-        `max_num_batched_tokens` (its asynchronous scheduling, on by default); it caps what a
-        sliding-window or chunked-local group counts at admission (DESIGN.md §Hybrid attention)."""
-        return 2 * self.max_num_batched_tokens
+        """vLLM 0.33's bound on tokens scheduled but not yet settled (`VllmConfig.max_in_flight_tokens`):
+        `in_flight_batches` batches of `max_num_batched_tokens`; it caps what a sliding-window or
+        chunked-local group counts at admission and at sizing (DESIGN.md §Hybrid attention)."""
+        return in_flight_batches(self.async_scheduling) * self.max_num_batched_tokens
 
     @property
     def kv_groups(self) -> tuple[Any, ...]:

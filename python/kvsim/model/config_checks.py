@@ -73,7 +73,7 @@ class ConfigChecks:
         replicas: int
         prefill_replicas: int
         kv_offloading_chunks: int
-        async_scheduling: bool
+        async_scheduling: bool | None
         chunked_prefill: bool
         prefix_cache_retention_interval: int | None
 

@@ -442,6 +442,34 @@ def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> tuple[int, in
     return limit, original
 
 
+# Architectures without attention layers, which kvsim refuses by name (their configs have no attention heads):
+# RWKV, which vLLM 0.33.0 does not serve (`vllm/model_executor/models/registry.py` lists no RWKV architecture),
+# and the pure state-space models it does serve (`MambaForCausalLM`, `Mamba2ForCausalLM`,
+# `FalconMambaForCausalLM`), whose pool kvsim does not model: it models Mamba layers beside attention layers.
+_RWKV_TYPES = ("rwkv",)
+_PURE_SSM_TYPES = ("mamba", "mamba2", "falcon_mamba")
+
+
+def _attention_free(cfg: dict[str, Any]) -> str | None:
+    """Why kvsim refuses a config of an attention-free architecture (by `model_type` or `architectures`), or
+    None."""
+    kind = str(cfg.get("model_type", "")).lower()
+    given = cfg.get("architectures")
+    archs: list[Any] = given if isinstance(given, list) else []
+    arch = str(archs[0]) if archs else kind
+    if kind.startswith(_RWKV_TYPES) or any(str(a).lower().startswith("rwkv") for a in archs):
+        return (
+            f"{arch} (model_type {kind!r}) is an RWKV model, which vLLM 0.33.0 does not serve (its model registry "
+            "has no RWKV architecture): kvsim sizes models as vLLM serves them"
+        )
+    if kind in _PURE_SSM_TYPES:
+        return (
+            f"{arch} (model_type {kind!r}) is a state-space model without attention layers: kvsim models Mamba "
+            "layers only beside attention layers (a hybrid model: Jamba, Nemotron-H, Granite 4.0-H)"
+        )
+    return None
+
+
 def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantization: str | None) -> Model:
     """The `Model` of config fields `cfg` (see `from_hf_config`); `where` names it in errors."""
     import json
@@ -452,6 +480,9 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
 
     path = where
     p = source
+    refusal = _attention_free(cfg)
+    if refusal:
+        raise InvalidArgumentError(f"model {str(path)!r}: {refusal}")
     encoders = tuple(e for e in ("vision", "audio") if isinstance(cfg.get(f"{e}_config"), dict))
     wrapper = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model inside

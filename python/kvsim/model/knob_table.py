@@ -369,12 +369,16 @@ KNOBS: dict[str, Knob] = {
         choices=WATERMARK_RULES,
     ),
     "async_scheduling": Knob(
-        False,
+        None,
         "bool",
-        "vLLM's --async-scheduling (vLLM's default is on): a step is scheduled while the one "
+        "vLLM's --async-scheduling: on, a step is scheduled while the one "
         "before it runs, so a request that arrives during a step joins the step after the next and a finished "
-        "request's seat and blocks are free a step later (DESIGN.md, Engine, Asynchronous scheduling); off: "
-        "vLLM's synchronous scheduling",
+        "request's seat and blocks are free a step later (DESIGN.md, Engine, Asynchronous scheduling); off "
+        "(--no-async-scheduling): vLLM's synchronous scheduling, one batch in flight, which bounds a "
+        "sliding-window or chunked-local group's blocks per request (sizing, admission); unset: vLLM's "
+        "default deployment, async on, for sizing and those bounds (two batches in flight), while kvsim's "
+        "engine schedules synchronously",
+        optional=True,
     ),
     "append_check": Knob(
         "exact",

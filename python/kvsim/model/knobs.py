@@ -46,7 +46,10 @@ from kvsim.model.knob_table import (
     default,
 )
 
-_UNSET = {"pcie_p2p": "the GPU's own: off on GeForce cards, on for the others and a described GPU"}
+_UNSET = {
+    "pcie_p2p": "the GPU's own: off on GeForce cards, on for the others and a described GPU",
+    "async_scheduling": "vLLM's default deployment, async on, for sizing; kvsim's engine synchronous",
+}
 """What None means for an optional boolean knob, as its refusal says."""
 
 

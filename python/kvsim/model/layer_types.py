@@ -209,6 +209,14 @@ class KVGroup:
         return None
 
 
+def in_flight_batches(async_scheduling: bool | None) -> int:
+    """vLLM 0.33.0's `VllmConfig.max_concurrent_batches` at pipeline parallelism 1 (`vllm/config/vllm.py`):
+    2 with asynchronous scheduling (on in vLLM's default deployment: `async_scheduling` None, and True), 1
+    without it (`--no-async-scheduling`: False). Its `max_in_flight_tokens` is this many batches of
+    `max_num_batched_tokens`, which bounds a sliding-window or chunked-local group's blocks per request."""
+    return 1 if async_scheduling is False else 2
+
+
 @dataclass(frozen=True)
 class KVLayout:
     """The KV-cache groups of a model on one GPU, and what the pool's arithmetic needs of them.

@@ -80,20 +80,25 @@ def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: in
     return mxfp4_padding(m, arch, tp, ep, dp).bytes
 
 
-# The architectures whose default gpt-oss MXFP4 backend is the OAI Triton kernels (`MXFP4_GPT_OSS_BACKEND`):
-# their `TRITON_BACKENDS` branch casts the expert biases to float32 (`fused_moe/oracle/mxfp4.py`, v0.33.0,
-# lines 1444-1448).
-MXFP4_TRITON_ARCHES = tuple(a for a, (backend, _, _) in MXFP4_GPT_OSS_BACKEND.items() if backend == TRITON)
+# The architectures whose default gpt-oss MXFP4 backend casts the expert biases to float32
+# (`MXFP4_GPT_OSS_BACKEND`; `fused_moe/oracle/mxfp4.py`, v0.33.0, `convert_to_mxfp4_moe_kernel_format`): the
+# OAI Triton kernels (the `TRITON_BACKENDS` branch, lines 1444-1448) and FlashInfer's TRT-LLM kernels (the
+# `TRTLLM_BACKENDS` branch, lines 1026-1027: `w13_bias.data.to(torch.float32)`, `w2_bias` alike); Marlin
+# keeps them bf16.
+MXFP4_FP32_BIAS_ARCHES = tuple(
+    a for a, (backend, _, _) in MXFP4_GPT_OSS_BACKEND.items() if backend in (TRITON, TRTLLM)
+)
 
 
 def _up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def mxfp4_triton_layout_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> int:
+def mxfp4_layout_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> int:
     """What one GPU's gpt-oss experts take beyond `mxfp4_padding`'s padded MXFP4 values and scales and the
-    checkpoint's bf16 expert biases where vLLM 0.33.0 runs them on the OAI Triton kernels
-    (`MXFP4_TRITON_ARCHES`): the biases in float32 (`fused_moe/oracle/mxfp4.py` lines 1444-1448; each
+    checkpoint's bf16 expert biases where vLLM 0.33.0 runs them on the OAI Triton kernels or FlashInfer's
+    TRT-LLM kernels (`MXFP4_FP32_BIAS_ARCHES`): the biases in float32 (`fused_moe/oracle/mxfp4.py` lines
+    1444-1448 and 1026-1027; each
     GPU's experts' `w13_bias`, 2 x the padded intermediate, and `w2_bias`, the padded hidden size, where kvsim's
     `other` counts their bf16 / tp), and on Hopper the layouts `_swizzle_mxfp4` writes
     (`quantization/utils/mxfp4_utils.py` lines 65-165): the scale groups along the inputs padded to a
@@ -101,8 +106,9 @@ def mxfp4_triton_layout_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, 
     groups to 2 (`HopperMXScaleLayout.swizzle_data`, `third_party/triton_kernels/tensor_details/
     layout_details/hopper_scale.py` lines 22-30, 8 warps), the values' rows to 16 and their bytes along the
     inputs to 32 (`HopperMXValueLayout.swizzle_data`, `hopper_value.py` lines 119-144, mma v3). 0 for other
-    models and architectures (ROCm's scale layouts are not modelled)."""
-    if arch not in MXFP4_TRITON_ARCHES or not m.num_experts or not m.expert_ffn:
+    models and architectures (ROCm's scale layouts and the TRT-LLM kernels' shuffled layouts, of the same
+    sizes, are not modelled)."""
+    if arch not in MXFP4_FP32_BIAS_ARCHES or not m.num_experts or not m.expert_ffn:
         return 0
     if m.model_type != "gpt_oss" or m.quant_method != "mxfp4":
         return 0

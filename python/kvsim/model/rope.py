@@ -36,8 +36,18 @@ from kvsim.errors import InvalidArgumentError
 # "rope", `cache_bytes`).
 NO_ROPE = frozenset({"opt", "kimi_linear", "jamba", "nemotron_h"})
 
-# Rope types whose cache keeps `max_position_embeddings` rows.
+# Rope types whose cache keeps `max_position_embeddings` rows (`dynamic` too: vLLM 0.33.0's
+# DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache takes `torch.arange(self.max_position_embeddings)`,
+# whatever its comment says of `max_position_embeddings × scaling_factor`; DynamicNTKAlphaRotaryEmbedding the
+# same).
 _SAME_ROWS = frozenset({"default", "llama3", "dynamic", "proportional", "mrope", "ntk"})
+
+# Every `rope_type` vLLM 0.33.0 builds a cache for: `get_rope`'s branches (`rotary_embedding/__init__.py`; any
+# other raises "Unknown RoPE scaling type"), with the legacy names `patch_legacy_rope_type`
+# (`transformers_utils/config.py`) renames first: `su` (longrope), `mrope` (default), `telechat3-yarn` (yarn).
+# `bailing_mrope`, `openpangu` (mrope) and `mllama4` (a vision tower's) keep `max_position_embeddings` rows.
+_YARN = frozenset({"yarn", "telechat3-yarn", "deepseek_yarn", "deepseek_llama_scaling"})
+KNOWN_ROPE_TYPES = _SAME_ROWS | _YARN | {"linear", "longrope", "su", "bailing_mrope", "openpangu", "mllama4"}
 
 
 def _checked(params: dict[str, Any], where: str) -> dict[str, Any]:
@@ -46,6 +56,16 @@ def _checked(params: dict[str, Any], where: str) -> dict[str, Any]:
     kind = out.get("rope_type") or out.get("type") or "default"
     if not isinstance(kind, str):
         raise InvalidArgumentError(f"model {where!r}: field 'rope_type' {kind!r} must be a name")
+    if kind not in KNOWN_ROPE_TYPES:
+        raise InvalidArgumentError(
+            f'model {where!r}: rope_type {kind!r} is not one vLLM 0.33.0 builds (its get_rope raises "Unknown '
+            f'RoPE scaling type"; it builds {", ".join(sorted(KNOWN_ROPE_TYPES))})'
+        )
+    if kind == "dynamic" and "alpha" not in out and "factor" not in out:
+        raise InvalidArgumentError(
+            f"model {where!r}: rope_type 'dynamic' needs a 'factor' or an 'alpha' (vLLM 0.33.0's get_rope: \"Dynamic "
+            "rope scaling must contain either 'alpha' or 'factor' field\")"
+        )
     out["rope_type"] = kind
     factor = out.get("factor")
     # (a list of factors only for `linear`, whose cache holds each factor's rows; a null factor is 1)
@@ -106,7 +126,7 @@ def rows(params: dict[str, Any], max_position: int, mrope_factor: int = 4) -> in
     if kind == "linear":
         factors = factor if isinstance(factor, list) else [factor]
         return sum(math.ceil(max_position * (1 if f is None else f)) for f in factors)
-    if kind in ("yarn", "deepseek_yarn", "deepseek_llama_scaling"):
+    if kind in _YARN:
         return math.ceil(original * mrope * factor)
     if kind in ("longrope", "su"):
         return original + max_position
@@ -217,4 +237,4 @@ def default_bytes(max_position: int, head_dim: int, bits: int) -> int:
     return max_position * head_dim * bits // 8
 
 
-__all__ = ["NO_ROPE", "cache_bytes", "default_bytes", "rows"]
+__all__ = ["KNOWN_ROPE_TYPES", "NO_ROPE", "cache_bytes", "default_bytes", "rows"]

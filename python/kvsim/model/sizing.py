@@ -52,7 +52,7 @@ from kvsim.model.machete import machete_zero_bytes
 from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
 from kvsim.model.models import Model, model_label, with_quantization
 from kvsim.model.models import resolve as resolve_model
-from kvsim.model.mxfp4_padding import mxfp4_padding_bytes, mxfp4_triton_layout_bytes
+from kvsim.model.mxfp4_padding import mxfp4_layout_bytes, mxfp4_padding_bytes
 from kvsim.model.quant import min_capability
 from kvsim.model.shard import resolve, shard
 from kvsim.model.sizing_checks import (
@@ -312,6 +312,7 @@ def size_pool(
     tensor_parallel_size: int = 1,
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
+    in_flight_batches: int = 2,
     enable_prefix_caching: bool = True,
     hybrid_kv_cache_manager: str = "auto",
     gdn_prefill_backend: str = "auto",
@@ -333,7 +334,8 @@ def size_pool(
     (`kvsim.model.memory`): the share of device memory less the weights (`quantization`: vLLM's
     `--quantization`; a multimodal checkpoint's towers, `kvsim.model.encoders`, unless
     `language_model_only`; the rotary caches, `kvsim.model.rope`), the activation peak, non-torch memory
-    and CUDA graphs (none with `enforce_eager`).
+    and CUDA graphs (none with `enforce_eager`). `in_flight_batches` (vLLM's `max_concurrent_batches`: 2 with
+    async scheduling, 1 without) bounds a sliding-window or chunked-local group's blocks per request.
     With a model the result carries vLLM's four start-up figures (`PoolSizing.figures`).
 
     Raises:
@@ -374,8 +376,8 @@ def size_pool(
         pad = mxfp4_padding_bytes(
             base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
         )
-        # gpt-oss on the OAI Triton kernels: float32 expert biases, Hopper's padded layouts
-        pad += mxfp4_triton_layout_bytes(
+        # gpt-oss on the OAI Triton or TRT-LLM kernels: float32 expert biases; Triton's padded layouts on Hopper
+        pad += mxfp4_layout_bytes(
             base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
         )
         # Machete's 16-bit zero points on Hopper (AWQ, asymmetric compressed-tensors int weights)
@@ -417,7 +419,8 @@ def size_pool(
         "kv_room_bytes": max(g.memory_bytes - m.loaded_bytes, 0) if m is not None and g is not None else None,
     }
     context = max_model_len if max_model_len is not None else (m.max_model_len if m else 0)
-    in_flight = 2 * max_num_batched_tokens  # vLLM's async scheduling keeps two batches in flight
+    # vLLM's VllmConfig.max_in_flight_tokens: two batches with async scheduling (its default), one without
+    in_flight = in_flight_batches * max_num_batched_tokens
 
     def figures(
         vllm_blocks: int, available: int | None, profile: V0Startup | None = None
