@@ -96,6 +96,7 @@ mod evict;
 mod group;
 mod order;
 mod own;
+pub(crate) use own::OWN_FRESH;
 mod paged;
 mod records;
 mod rows;

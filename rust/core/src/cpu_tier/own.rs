@@ -168,6 +168,12 @@ impl Own {
     }
 }
 
+/// The engine's handle for a request with no record in the tier at all, and no own run yet
+/// (`CpuTier::store_own`): nothing was stored, loaded, looked up or reused for it (a request admitted
+/// without a lookup, before its first offer), so its first store skips the tier's look for another
+/// record. Never a slot's handle (slots are fewer than 2^32 - 1).
+pub(crate) const OWN_FRESH: u32 = u32::MAX;
+
 /// Whether an own run may hold `n` chunks from position `lo`: positions below 2^32, as a span names.
 #[inline]
 fn fits(lo: u64, n: u64) -> bool {
@@ -183,7 +189,8 @@ impl CpuTier {
     }
 
     /// `try_store_run(hi, (hi, lo, n), lo, evicted)` of request `hi`'s own new private chunks (keys
-    /// `(hi, lo..lo + n)` at positions `lo..lo + n`) kept as its own run, `*h` its handle (0: none yet):
+    /// `(hi, lo..lo + n)` at positions `lo..lo + n`) kept as its own run, `*h` its handle (0: none yet;
+    /// `OWN_FRESH`: none, and request `hi` has no record in the tier, so none is looked for):
     /// true if stored so (a new run, or the continuation of its pending one), with the decision
     /// `try_store_run` makes. False if `try_store_run` must decide (no room without evicting, a record
     /// elsewhere, a ready run extended, ...): then the request's own run, if any, has been demoted
@@ -224,11 +231,17 @@ impl CpuTier {
             *h = 0;
             return false;
         }
+        let fresh = *h == OWN_FRESH;
         *h = 0;
+        debug_assert!(
+            !fresh || !(self.accesses.contains_key(&hi) || self.chunks.recs.get(hi).is_some()),
+            "a fresh request with a record in the tier"
+        );
         if !(self.own_ok()
             && fits(lo, n)
-            && (self.accesses.is_empty() || !self.accesses.contains_key(&hi))
-            && (self.chunks.recs.is_empty() || self.chunks.recs.get(hi).is_none()))
+            && (fresh
+                || (self.accesses.is_empty() || !self.accesses.contains_key(&hi))
+                    && (self.chunks.recs.is_empty() || self.chunks.recs.get(hi).is_none())))
         {
             return false;
         }

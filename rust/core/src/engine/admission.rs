@@ -322,7 +322,10 @@ impl Engine<'_> {
                     self.tier_admit_waiting(budget);
                     return;
                 }
-                self.slab[k].next_store = 0;
+                let s = &mut self.slab[k];
+                s.next_store = 0;
+                // (no record in the tier: its first store looks for none, `CpuTier::store_own`)
+                s.tier_own = crate::cpu_tier::OWN_FRESH;
             } else if self.running.len() as u64 + self.slab[k].seats() > cfg.max_num_seqs {
                 if self.running.is_empty() {
                     self.waiting.pop_front();
@@ -363,7 +366,12 @@ impl Engine<'_> {
                 debug_assert!(!s.remote && s.hybrid.is_none());
                 s.held = false;
                 s.prefilling = s.num_computed < s.num_tokens();
-                if self.tier_hot.pending {
+                if self.tier_hot.pending
+                    && self
+                        .tier
+                        .as_deref()
+                        .is_some_and(super::offload::Tier::may_fence)
+                {
                     self.tier_watch_blocks(k);
                 }
             }

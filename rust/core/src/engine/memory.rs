@@ -110,8 +110,8 @@ impl Engine<'_> {
     #[inline]
     pub(super) fn idle_table_blocks(&self) -> u64 {
         // (most runs: no prefill sends and no held request; `held_empty` is set by the waiting phase,
-        // the only place `held` changes)
-        if self.sends.is_none() && (self.tier.is_none() || self.tier_hot.held_empty) {
+        // the only place `held` changes, and true without a tier)
+        if self.sends.is_none() && self.tier_hot.held_empty {
             return 0;
         }
         self.idle_table_blocks_now()

@@ -69,7 +69,8 @@ pub(super) struct Seq {
     pub(super) loaded: bool,
     pub(super) prefilling: bool,
     pub(super) num_children: u32,
-    /// The CPU tier: its own run's handle (`CpuTier::store_own`; 0: none).
+    /// The CPU tier: its own run's handle (`CpuTier::store_own`; 0: none; `cpu_tier::OWN_FRESH`: none,
+    /// and nothing of it in the tier: admitted without a lookup, before its first offer or preemption).
     pub(super) tier_own: u32,
     pub(super) row: usize,
     pub(super) prompt_len: u64,

@@ -197,6 +197,14 @@ impl Tier {
         !self.finished_last.is_empty() || !self.h_last.is_empty()
     }
 
+    /// Nothing pending for the next offer but the requests finished in the step before, none with a
+    /// chunk left to offer: no request preempted, no block fenced (`finish_retired`, and after the
+    /// scheduled requests' offers `offer_scheduled_then_finish`).
+    #[inline]
+    pub(in crate::engine) fn finishes_only(&self) -> bool {
+        self.preempted_now.is_empty() && self.fences.is_empty() && self.last_offers.is_empty()
+    }
+
     /// Whether this step's offer may make a store that reads blocks the step allocates (vLLM's flush):
     /// a fence stands (a finished request's stores in flight) or a finished request has chunks left to
     /// offer (its last stores read its blocks). The step's new blocks are watched then.

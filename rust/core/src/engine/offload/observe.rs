@@ -28,8 +28,15 @@ impl Engine<'_> {
             && done(job)
         {
             // One store in flight, done, no load (the usual case): nothing else in flight after it.
-            let job = tier.stores.pop().expect("one store");
-            self.store_done(&mut tier, job);
+            if let What::Own { h, lo, n } = job.what {
+                // (the usual store: read in place, no job moved out)
+                let (k, row) = (job.k, job.row);
+                tier.stores.clear();
+                self.own_done(&mut tier, (k, row), h, lo, n);
+            } else {
+                let job = tier.stores.pop().expect("one store");
+                self.store_done(&mut tier, job);
+            }
             self.tier_hot.min_end = i64::MAX;
             self.tier = Some(tier);
             return true;
@@ -99,15 +106,8 @@ impl Engine<'_> {
         let Job {
             id, k, row, what, ..
         } = job;
-        let own = k != usize::MAX && self.slab[k].row == row; // (its request not finished)
         let n = match what {
-            What::Own { h, lo, n } => {
-                let hi = super::private_hi(row);
-                if !tier.cpu.complete_own(h, hi, lo, n) {
-                    tier.cpu.complete_store_run(hi, lo, n);
-                }
-                n
-            }
+            What::Own { h, lo, n } => return self.own_done(tier, (k, row), h, lo, n),
             What::Run { hi, lo, n } => {
                 tier.cpu.complete_store_run(hi, lo, n);
                 n
@@ -136,8 +136,30 @@ impl Engine<'_> {
             }
             What::Load(_) | What::Remote => unreachable!("a store"),
         };
-        if own {
-            self.slab[k].jobs -= 1;
+        if k != usize::MAX && self.slab[k].row == row {
+            self.slab[k].jobs -= 1; // (its request not finished)
+        }
+        self.log_count(event::STORE_DONE, row, -1, n as i64);
+    }
+
+    /// `store_done` of an own run's store (`What::Own`, handle `h`, chunks `lo..lo + n`) of request
+    /// `k` of row `row`.
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // one call a request: measured (results/README.md §CPU tier)
+    fn own_done(
+        &mut self,
+        tier: &mut super::Tier,
+        (k, row): (usize, usize),
+        h: u32,
+        lo: u64,
+        n: u64,
+    ) {
+        let hi = super::private_hi(row);
+        if !tier.cpu.complete_own(h, hi, lo, n) {
+            tier.cpu.complete_store_run(hi, lo, n);
+        }
+        if k != usize::MAX && self.slab[k].row == row {
+            self.slab[k].jobs -= 1; // (its request not finished)
         }
         self.log_count(event::STORE_DONE, row, -1, n as i64);
     }
@@ -244,11 +266,11 @@ impl Engine<'_> {
         self.tier_step_stores_now(dt).0
     }
 
-    /// `tier_step_stores_now` of a lockstep step (not `tier_idle`), its two usual cases inline: only
-    /// admissions to offer for (`offer_scheduled`: no flush, so the step's duration stands), or only
+    /// `tier_step_stores_now` of a lockstep step (not `tier_idle`), its usual cases inline: only
+    /// admissions to offer for (`offer_scheduled`: no flush, so the step's duration stands), only
     /// requests finished in the step before with nothing left to offer (`finish_retired`: the step
-    /// stays quiet, as `tier_stays_quiet` then tells). Keep in step with `offer_stores`' dispatch
-    /// (`offload/stores.rs`), whose cases these are.
+    /// stays quiet, as `tier_stays_quiet` then tells), or both (`offer_scheduled_then_finish`). Keep in
+    /// step with `offer_stores`' dispatch (`offload/stores.rs`), whose cases these are.
     #[inline(always)]
     #[allow(clippy::inline_always)] // one call site, a lockstep step's: measured (results/README.md §CPU tier)
     pub(in crate::engine) fn tier_lockstep_stores(&mut self, dt: u64) -> (u64, bool) {
@@ -258,9 +280,14 @@ impl Engine<'_> {
                 self.offer_scheduled(self.t + dt as i64);
                 return (dt, !self.tier_stays_quiet());
             }
-            if self.scheduled.is_empty() && self.finish_retired() {
-                debug_assert!(self.tier_stays_quiet());
-                return (dt, false);
+            if self.tier_ref().finishes_only() {
+                if self.scheduled.is_empty() {
+                    self.finish_retired();
+                    debug_assert!(self.tier_stays_quiet());
+                    return (dt, false);
+                }
+                self.offer_scheduled_then_finish(self.t + dt as i64);
+                return (dt, !self.tier_stays_quiet());
             }
         }
         self.tier_step_stores_now(dt)

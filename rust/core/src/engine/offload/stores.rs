@@ -122,7 +122,7 @@ impl Engine<'_> {
     /// one reading a block this step allocated: vLLM's flush) is seen at this step's end. Returns
     /// whether a store was planned and when the last store the step waits for ends (0 if none).
     /// Keep its dispatch in step with `tier_lockstep_stores` (`offload/observe.rs`), which inlines its
-    /// two usual cases (`offer_scheduled`, `finish_retired`).
+    /// usual cases (`offer_scheduled`, `finish_retired`, `offer_scheduled_then_finish`).
     #[inline(never)]
     pub(in crate::engine) fn offer_stores(&mut self, step_end: i64) -> (bool, i64) {
         if self.cfg.groups.is_some() && self.tier_ref().has_cpu {
@@ -138,26 +138,40 @@ impl Engine<'_> {
         if !self.tier_hot.pending {
             return self.offer_scheduled(step_end); // (nobody preempted or finished, no fence)
         }
-        if self.scheduled.is_empty() && self.finish_retired() {
-            return (false, 0);
+        if self.tier_ref().finishes_only() {
+            if self.scheduled.is_empty() {
+                self.finish_retired();
+                return (false, 0);
+            }
+            return self.offer_scheduled_then_finish(step_end);
         }
         self.offer_stores_now(step_end)
     }
 
-    /// Requests finished in the step before and nothing else to offer for: if none has a chunk left to
-    /// offer and no request was preempted nor a block fenced (the usual case), they are done with the
-    /// tier (nothing offered, the occupancy as it was) and true; else false, nothing done.
+    /// Requests finished in the step before and nothing else to offer for, none with a chunk left to
+    /// offer, no request preempted nor a block fenced (`Tier::finishes_only`: the usual case): they are
+    /// done with the tier (nothing offered, the occupancy as it was).
     #[inline]
-    pub(super) fn finish_retired(&mut self) -> bool {
+    pub(super) fn finish_retired(&mut self) {
         let tier = self.tier.as_deref_mut().expect("a CPU tier");
-        if !(tier.preempted_now.is_empty() && tier.fences.is_empty() && tier.last_offers.is_empty())
-        {
-            return false;
-        }
+        debug_assert!(tier.finishes_only());
         tier.finish_last();
         tier.touched.clear();
-        self.tier_hot.pending = false; // (no fences: checked above)
-        true
+        self.tier_hot.pending = false; // (no fences: `finishes_only`)
+    }
+
+    /// `offer_stores_now` when only scheduled requests offer and the requests finished in the step
+    /// before are done with the tier after them, none with a chunk left to offer, no request preempted
+    /// nor a block fenced (`Tier::finishes_only`): `offer_scheduled`'s offers (no flush), then the
+    /// finishes, in `offer_stores_now`'s order.
+    #[inline]
+    pub(super) fn offer_scheduled_then_finish(&mut self, step_end: i64) -> (bool, i64) {
+        let planned = self.offer_scheduled(step_end);
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        debug_assert!(tier.finishes_only()); // (a scheduled request's offer fences nothing)
+        tier.finish_last();
+        self.tier_hot.pending = false;
+        planned
     }
 
     /// `offer_stores_now` with only scheduled requests to offer for: no request preempted or

@@ -197,7 +197,7 @@ impl Engine<'_> {
                 tier.touched
                     .extend(t.blocks.iter().filter(|&&b| b != crate::BlockId::NULL));
             }
-        } else if self.tier_hot.pending {
+        } else if self.tier_hot.pending && self.tier_ref().may_fence() {
             self.tier_watch_blocks(k);
         }
     }
