@@ -30,6 +30,7 @@ from kvsim.analysis.sweep import (
     parse_grid_args,
     run_sweep,
 )
+from kvsim.analysis.sweep_revisions import replaced_note
 from kvsim.analysis.sweep_stats import point_axes, workloads_named_once
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
@@ -547,6 +548,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     print(f"{spec.name}: {fmt_count(outcome.ran, 'run')} now, {outcome.skipped:,} already in {outcome.path}"
           f"{_runs_of(outcome)} ({outcome.wall_s:.1f} s)")  # fmt: skip
+    replaced = replaced_note(outcome.replaced, outcome.path)
+    if replaced is not None:
+        print(f"note: {replaced}")
     if args.skip_invalid:
         bad = spec.invalid()
         if bad:  # (what --skip-invalid left out, and why: it said nothing)
