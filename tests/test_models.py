@@ -877,6 +877,10 @@ def test_the_host_link_is_the_hosts_and_geforce_tensor_rates_accumulate_in_fp32(
         ({"rope_type": "mystery", "factor": 4.0}, "rope_type 'mystery' is not one vLLM 0.33.0 builds"),
         ({"type": "mystery"}, "rope_type 'mystery' is not one vLLM 0.33.0 builds"),
         ({"rope_type": "dynamic"}, "rope_type 'dynamic' needs a 'factor' or an 'alpha'"),
+        # (an empty name: the rope cache took it for 'default' while the context scaled by its factor, 8192
+        # tokens to 32768)
+        ({"rope_type": "", "factor": 4.0}, "is empty; name a rope type"),
+        ({"type": "", "factor": 4.0}, "is empty; name a rope type"),
     ],
 )
 def test_a_rope_type_vllm_cannot_build_is_refused_by_name(rope, said, tmp_path, capsys):

@@ -417,6 +417,11 @@ def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> tuple[int, in
     longrope = False
     for p in params:
         kind = p.get("rope_type", p.get("type", "default"))
+        if kind == "":  # (an empty name is no type: refused, as rope.py refuses it, not scaled by its factor)
+            raise InvalidArgumentError(
+                f"model {where!r}: field 'rope_scaling.rope_type' is empty; name a rope type ('default' for "
+                "unscaled RoPE)"
+            )
         if not isinstance(kind, str):
             raise InvalidArgumentError(
                 f"model {where!r}: field 'rope_scaling.rope_type' {kind!r} must be a name"
