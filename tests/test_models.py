@@ -925,6 +925,29 @@ def test_dynamic_ntk_and_telechat_yarn_rows_follow_vllm():
             {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 2560},
             "MambaForCausalLM (model_type 'mamba') is a state-space model without attention layers",
         ),
+        # (by its architecture alone, with no model_type: it was refused for its missing heads)
+        (
+            {"architectures": ["MambaForCausalLM"], "hidden_size": 768},
+            "MambaForCausalLM is a state-space model",
+        ),
+        (  # (a multimodal wrapper around a Mamba language model: read past, to its missing heads)
+            {
+                "model_type": "llava",
+                "architectures": ["LlavaForConditionalGeneration"],
+                "text_config": {"model_type": "mamba", "hidden_size": 768},
+                "vision_config": {"hidden_size": 1024},
+            },
+            "LlavaForConditionalGeneration (text_config.model_type 'mamba') is a state-space model",
+        ),
+        # (odd types refused by name: str(['rwkv']) starts with "['", so it was not seen as RWKV)
+        (
+            {"model_type": ["rwkv"], "architectures": "Rwkv7ForCausalLM"},
+            "field 'model_type' ['rwkv'] must be a name",
+        ),
+        (
+            {"model_type": "rwkv7", "architectures": "Rwkv7ForCausalLM"},
+            "field 'architectures' 'Rwkv7ForCausalLM' must be a list",
+        ),
     ],
 )
 def test_an_attention_free_architecture_is_refused_by_name(cfg, said, tmp_path, capsys):
