@@ -659,6 +659,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if prefill_cfg is not None:  # --prefill-config: the prefill pool's own pool and time
         out["prefill_pool"] = prefill_cfg.pool.line()
         out["prefill_time"] = prefill_cfg.time_line()
+    if config.prefill_replicas > 0:
+        # (the prefill replicas' whole config, as `config` is the decode replicas' (theirs too without
+        # --prefill-config): it reads back with SimConfig.from_dict, so a record of a P/D run says what
+        # its prefill side ran with)
+        out["prefill_config"] = (prefill_cfg if prefill_cfg is not None else config).describe()
     if fleet:
         out["fleet"] = fleet_record(result)
     if save_dir is not None:
