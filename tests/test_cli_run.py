@@ -1982,3 +1982,16 @@ def test_a_block_size_no_gpu_backend_takes_is_noted_with_a_model_on_a_gpu(capsys
     assert said not in capsys.readouterr().out  # (no GPU: a free simulation)
     assert main(["run", "--num-blocks", "500", "--block-size", "7", "--requests", "2"]) == 0
     assert said not in capsys.readouterr().out
+    # The prefill replicas' own size (--prefill-config) is told too, as theirs (it was not told at all).
+    fleet = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--replicas", "1", "--prefill-replicas", "1",
+             "--requests", "2"]  # fmt: skip
+    for size, noted in (("8", True), ("32", False)):
+        assert main([*fleet, "--prefill-config", f"block_size={size}"]) == 0
+        out = capsys.readouterr().out
+        assert (f"note: prefill replicas' block size {size}: {said}" in out) is noted, size
+        assert f"note: block size {size}:" not in out  # (the decode replicas keep 16)
+    # An MLA model: none (vLLM's Triton MLA backend takes any size, the base class's MultipleOf(1)).
+    for size in ("8", "256"):
+        assert main(["run", "--model", "deepseek-v3", "--gpu", "h200", "-tp", "8", "--block-size", size,
+                     "--requests", "2"]) == 0  # fmt: skip
+        assert "starts no attention backend" not in capsys.readouterr().out

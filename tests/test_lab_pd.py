@@ -7,6 +7,8 @@ same snapshots and refuses bad input by name."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -68,6 +70,9 @@ def check_run(workload, config, names, prefill_config=None):
     for row, rid in enumerate(rows["request_id"].to_list()):
         k = by_name[names[rid]]
         for col, ps in spent[k].items():
+            if rows["status"][row] == "rejected":  # (no TTFT, and no time in any of its parts)
+                assert (rows[col][row], ps) == (None, 0), (names[rid], col)
+                continue
             assert ps / PS == pytest.approx(rows[col][row], abs=1e-12), (names[rid], col)
         assert (r.prefill_replica[k] >= 0) == (rows["prefill_replica"][row] >= 0)
     # 2. Each pool's held blocks at every step equal the replica's time series (free tokens).
@@ -86,6 +91,11 @@ def check_run(workload, config, names, prefill_config=None):
             snap = snaps[int(np.searchsorted(r.instants, int(start), side="right")) - 1]
             pool = snap["pools"][p]
             assert (pool["num_blocks"] - pool["held"]) * block == int(free)
+    # 2b. A request ends rejected exactly where its row says rejected, else done (a rejected one read "done").
+    last = snaps[-1]["requests"]
+    for row, rid in enumerate(rows["request_id"].to_list()):
+        want = "rejected" if rows["status"][row] == "rejected" else "done"
+        assert last[by_name[names[rid]]]["phase"] == want, names[rid]
     # 3. The blocks held for transfers are the transfers' blocks, and only while they are transfers.
     assert int(r.transfer_blocks.sum()) == fleet.summary["pd_transfer_blocks"]
     # A request's transfer end (the read's end, or its admission when nothing moves; -1: not decided).
@@ -108,6 +118,8 @@ def check_run(workload, config, names, prefill_config=None):
             elif q["prefill_blocks"]:
                 assert after, (when, q)
                 assert not seen, (when, q)
+            elif q["phase"] == "rejected":  # (no blocks anywhere; its prefill_finish is its rejection's time)
+                assert not q["decode_blocks"], (when, q)
             elif after:
                 assert 0 <= ends[row] <= when, (when, q)
             admitted = q["phase"] in (
@@ -317,6 +329,29 @@ def test_snapshots_mean_what_the_engines_did(reqs, num_blocks, prefill_blocks, t
     # A smaller prefill pool: its cached blocks get evicted and reused.
     prefill = cfg.replace(num_blocks=prefill_blocks)
     check_run(w, cfg, [f"req-{i + 1}" for i in range(len(rows))], prefill)
+
+
+def rejecting_fleet() -> tuple[Any, SimConfig, list[str]]:
+    """Three requests on a fleet with max_model_len 64: the first's 119-token prompt is over it (rejected
+    on arrival), the others run."""
+    reqs = [(64, 55, 3, 0.001), (48, 10, 15, 0.0018), (0, 8, 4, 0.001)]
+    rows = [([(1, s), (100 + i, o)] if s else [(100 + i, o)], out) for i, (s, o, out, _) in enumerate(reqs)]
+    w = _table(rows, np.cumsum([g for *_, g in reqs]).tolist(), 64)
+    cfg = SimConfig(model="llama-3-8b", num_blocks=19, block_size=16, replicas=1, prefill_replicas=1,
+                    pd_threshold_tokens=16, pd_link_latency_s=0.0, max_model_len=64)  # fmt: skip
+    return w, cfg, ["a", "b", "c"]
+
+
+def test_a_rejected_request_is_shown_rejected_not_done():
+    """The engine rejects a prompt over max_model_len; the snapshot said "done" (0 of 3 generated)."""
+    w, cfg, names = rejecting_fleet()
+    r = check_run(w, cfg, names)
+    assert r.rejected.tolist() == [True, False, False]
+    phases = [[q["phase"] for q in pd.snapshot(r, i)["requests"]] for i in range(len(r.instants))]
+    assert all(p[0] == "rejected" for p in phases)  # from its arrival on (the first instant)
+    assert phases[-1] == ["rejected", "done", "done"]
+    assert "done" in {p for ph in phases for p in ph[1:]}
+    assert "rejected" in pd.PHASES
 
 
 def test_bad_input_is_refused_by_name():

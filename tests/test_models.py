@@ -877,6 +877,10 @@ def test_the_host_link_is_the_hosts_and_geforce_tensor_rates_accumulate_in_fp32(
         ({"rope_type": "mystery", "factor": 4.0}, "rope_type 'mystery' is not one vLLM 0.33.0 builds"),
         ({"type": "mystery"}, "rope_type 'mystery' is not one vLLM 0.33.0 builds"),
         ({"rope_type": "dynamic"}, "rope_type 'dynamic' needs a 'factor' or an 'alpha'"),
+        # (an empty name: the rope cache took it for 'default' while the context scaled by its factor, 8192
+        # tokens to 32768)
+        ({"rope_type": "", "factor": 4.0}, "is empty; name a rope type"),
+        ({"type": "", "factor": 4.0}, "is empty; name a rope type"),
     ],
 )
 def test_a_rope_type_vllm_cannot_build_is_refused_by_name(rope, said, tmp_path, capsys):
@@ -920,6 +924,29 @@ def test_dynamic_ntk_and_telechat_yarn_rows_follow_vllm():
         (
             {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 2560},
             "MambaForCausalLM (model_type 'mamba') is a state-space model without attention layers",
+        ),
+        # (by its architecture alone, with no model_type: it was refused for its missing heads)
+        (
+            {"architectures": ["MambaForCausalLM"], "hidden_size": 768},
+            "MambaForCausalLM is a state-space model",
+        ),
+        (  # (a multimodal wrapper around a Mamba language model: read past, to its missing heads)
+            {
+                "model_type": "llava",
+                "architectures": ["LlavaForConditionalGeneration"],
+                "text_config": {"model_type": "mamba", "hidden_size": 768},
+                "vision_config": {"hidden_size": 1024},
+            },
+            "LlavaForConditionalGeneration (text_config.model_type 'mamba') is a state-space model",
+        ),
+        # (odd types refused by name: str(['rwkv']) starts with "['", so it was not seen as RWKV)
+        (
+            {"model_type": ["rwkv"], "architectures": "Rwkv7ForCausalLM"},
+            "field 'model_type' ['rwkv'] must be a name",
+        ),
+        (
+            {"model_type": "rwkv7", "architectures": "Rwkv7ForCausalLM"},
+            "field 'architectures' 'Rwkv7ForCausalLM' must be a list",
         ),
     ],
 )

@@ -259,7 +259,8 @@ def test_a_sweeps_table_shows_the_transport_where_its_multi_gpu_points_differ(ca
     has the column, each point's value its rows'."""
     header, rows, notes = _sweep(capsys, tmp_path, [*GEFORCE_TP2_SWEEP, "--grid", "pcie_p2p=true,false,none"])
     assert header[:3] == ["pcie_p2p", "collective_transport", "n_seeds"]
-    assert [r[:2] for r in rows] == [["true", "pcie-p2p"], ["false", "host-staged"], ["null", "host-staged"]]
+    # (an unset or yes-or-no axis value as the notes name it: None, True, False)
+    assert [r[:2] for r in rows] == [["True", "pcie-p2p"], ["False", "host-staged"], ["None", "host-staged"]]
     assert not [n for n in notes if "host memory" in n]  # (the column says it)
     # A GPU with NVLink beside one without, at tp 2: peer-link and pcie-p2p.
     argv = ["sweep", "--base", "model=llama-3-8b", "--base", "tensor_parallel_size=2"]

@@ -795,3 +795,25 @@ def test_the_pd_links_default_is_the_gpus_nic():
     slow = kvsim.simulate_cluster(w, b300, replicas=1, prefill_replicas=1, pd_link_bandwidth=50e9)
     moved = fast.requests["ttft_transfer_s"].sum()
     assert 0 < moved < slow.requests["ttft_transfer_s"].sum()
+
+
+def test_kvsim_run_json_records_the_prefill_replicas_config(capsys):
+    """`--json` of a P/D fleet carried the prefill pool's lines only (and argv): now the prefill replicas'
+    whole config, read back by SimConfig.from_dict, their own with --prefill-config, else the decode's."""
+    from kvsim.cli import main
+    from kvsim.model.config import SimConfig
+
+    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--replicas", "1", "--prefill-replicas", "1",
+            "--requests", "8", "--json"]  # fmt: skip
+    assert main([*argv, "--prefill-config", "block_size=32,max_num_seqs=4"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    pre, dec = SimConfig.from_dict(data["prefill_config"]), SimConfig.from_dict(data["config"])
+    assert (pre.block_size, pre.max_num_seqs) == (32, 4)
+    assert (dec.block_size, dec.max_num_seqs) != (32, 4)
+    assert dec.block_size == 16
+    assert pre.model == dec.model == "llama-3.1-8b"
+    assert main(argv) == 0  # without --prefill-config: the decode replicas' config, theirs too
+    data = json.loads(capsys.readouterr().out)
+    assert data["prefill_config"] == data["config"]
+    assert main(["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "4", "--json"]) == 0
+    assert "prefill_config" not in json.loads(capsys.readouterr().out)  # (no prefill replicas)

@@ -220,6 +220,23 @@ def test_aggregate_counts_only_the_seeds_with_a_value():
     assert one["e2e_ci95"].to_list() == [None]  # one value: no interval
 
 
+def test_aggregate_leaves_a_nan_out_of_the_mean_as_it_does_of_the_count():
+    """One seed's NaN (a ratio over nothing) is no sample: mean, deviation and interval are over the other
+    two, as the count is, where the mean came out NaN beside a count of 2 and the cell printed "null"."""
+    frame = pl.DataFrame(
+        {"workload": ["w"] * 3, "seed": [0, 1, 2], "point_id": ["a", "b", "c"], "x": [1.0, math.nan, 3.0]}
+    )
+    agg = aggregate(frame, metrics=["x"])
+    assert agg["x_n"].to_list() == [2]
+    assert agg["x_mean"].to_list() == [2.0]
+    assert agg["x_std"][0] == pytest.approx(math.sqrt(2))
+    assert agg["x_ci95"][0] == pytest.approx(t_quantile_975(1) * math.sqrt(2) / math.sqrt(2))
+    from kvsim.cli.sweep_table import sweep_table
+
+    table = sweep_table(frame.with_columns(pl.lit(8).alias("block_size")), ["block_size"], ["x"])
+    assert table[table.columns[-1]].to_list() == ["2 ± 13 (2 of 3)"]  # (two figures)
+
+
 # -- the result store: parts while running, one table at the end ------------------------------------------
 def _rows(ids: list[str]) -> list[dict]:
     return [{"point_id": i, "seed": 0, "x": float(n)} for n, i in enumerate(ids)]
@@ -639,3 +656,42 @@ def test_a_sweep_names_its_workloads_and_says_a_file_is_kvsim_runs(tmp_path, cap
     _fails(capsys, [*SMALL, "--workload", str(trace), "--output", str(tmp_path / "s.parquet")],
            "a sweep's workloads are named", "kvsim run --workload PATH")  # fmt: skip
     assert sorted(tmp_path.iterdir()) == [trace]
+
+
+def test_rows_written_before_a_knobs_meaning_changed_are_not_reused(tmp_path, capsys):
+    """async_scheduling=False meant two batches in flight before 2026-12-07 and one since, with the same
+    resolved config: a file written then (its False rows under the ids they had, with numbers that are not
+    today's) must not be resumed as today's rows."""
+    out = tmp_path / "async.parquet"
+    spec = tiny(grid=["async_scheduling=none,false"], seeds=1)
+    first = run_sweep(spec, output=out, progress=False)
+    assert (first.ran, first.replaced) == (2, {})
+    points = spec.points()
+    # The file as the old kvsim wrote it: ids without the knob's revision, and numbers of the old meaning
+    # (a sentinel here).
+    legacy = {p.point_id(): p.point_id(revisions={}) for p in points}
+    changed = [p.point_id() for p in points if p.config.get("async_scheduling") is False]
+    assert len(changed) == 1
+    assert legacy[changed[0]] != changed[0]
+    assert sum(k == v for k, v in legacy.items()) == 1
+    old = pl.read_parquet(out).with_columns(
+        pl.col("point_id").replace(legacy),
+        pl.when(pl.col("point_id").is_in(changed)).then(-1.0).otherwise(pl.col("throughput_rps"))
+        .alias("throughput_rps"),
+    )  # fmt: skip
+    old.write_parquet(out)
+    again = run_sweep(spec, output=out, progress=False)
+    assert (again.ran, again.skipped, again.replaced) == (1, 1, {"async_scheduling": 1})
+    rows = pl.read_parquet(out)
+    assert rows.height == 2
+    assert (rows["throughput_rps"] > 0).all()  # the old row is gone from the file, not only from the frame
+    assert sorted(rows["point_id"]) == sorted(legacy)
+    assert run_sweep(spec, output=out, progress=False).ran == 0  # and today's rows resume
+    old.write_parquet(out)  # the CLI says why the points ran again
+    argv = ["sweep", "--grid", "async_scheduling=none,false", "--base", "num_blocks=120", "--base",
+            "time_model=ticks", "--base", "max_model_len=1024", "--workload", "sharegpt:arrival_rate=20",
+            "--seeds", "1", "--requests", "150", "--output", str(out), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "1 row in" in text, text
+    assert "async_scheduling=False meant two batches in flight" in text, text

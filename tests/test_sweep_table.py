@@ -90,3 +90,59 @@ def test_a_cell_is_its_mean_in_runs_units():
     assert unit("ttft_s_p50") == unit("load_wait_s_mean") == "s"
     assert unit("recomputed_tokens") == "tokens"
     assert unit("slo_attainment_ttft") == "%"
+
+
+def test_a_metric_the_files_rows_lack_prints_null_cells_and_says_why(capsys, tmp_path):
+    """A file written before a metric existed, resumed with --show of it: polars raised ColumnNotFoundError
+    (a traceback, exit 1), and a verdict column of nulls a TypeError in the table; now null cells and a note."""
+    out = tmp_path / "old.parquet"
+    argv = ["sweep", "--base", "num_blocks=120", "--base", "time_model=ticks", "--base", "max_model_len=1024",
+            "--grid", "block_size=8,16", "--workload", "sharegpt:arrival_rate=20", "--requests", "60",
+            "--output", str(out), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    pl.read_parquet(out).drop("kv_utilization", "overloaded").write_parquet(out)
+    assert main([*argv, "--show", "kv_utilization,overloaded,preemptions"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names, rows = printed_table(lines)
+    assert names[-3:] == ["kv_utilization", "overloaded", "preemptions"]
+    assert [r[-3:-1] for r in rows] == [["null", "null"]] * 2
+    assert all(r[-1] != "null" for r in rows)
+    (note,) = [ln for ln in lines if ln.startswith("note: --show ")]
+    assert note.startswith(f"note: --show kv_utilization,overloaded: the rows in {out} lack them")
+    # A verdict column present but null in every row: "null" cells too (it raised TypeError).
+    pl.read_parquet(out).with_columns(pl.lit(None, dtype=pl.Boolean).alias("overloaded")).write_parquet(out)
+    assert main([*argv, "--show", "overloaded"]) == 0
+    _, rows = printed_table(capsys.readouterr().out.splitlines())
+    assert [r[-1] for r in rows] == ["null", "null"]
+
+
+@pytest.mark.parametrize("show", ["", " , "])
+def test_a_show_that_names_no_metric_is_refused(capsys, tmp_path, show):
+    """`--show ''` ran the sweep and printed no table, exit 0."""
+    out = tmp_path / "none.parquet"
+    argv = ["sweep", "--base", "num_blocks=120", "--base", "time_model=ticks", "--grid", "block_size=8,16",
+            "--requests", "20", "--output", str(out), "--no-progress", "--show", show]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "--show" in err[0]
+    assert "names no metric" in err[0]
+    assert not out.exists()  # (refused before any point ran)
+
+
+def test_an_unset_or_boolean_axis_reads_as_the_notes_name_it(capsys, tmp_path):
+    """async_scheduling's unset value read `null` (and False `false`) in the table where the notes say
+    `async_scheduling=None` (`=False`): one spelling, Python's, in both."""
+    out = tmp_path / "async.parquet"
+    argv = ["sweep", "--base", "model=gemma-3-27b", "--base", "gpu=h100-80gb", "--base", "max_model_len=32768",
+            "--grid", "async_scheduling=none,false", "--requests", "30", "--output", str(out), "--no-progress",
+            "--show", "throughput_rps"]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names, rows = printed_table(lines)
+    assert names[0] == "async_scheduling"
+    assert [r[0] for r in rows] == ["None", "False"]
+    notes = " ".join(ln for ln in lines if ln.startswith("note: "))
+    assert "async_scheduling=None" in notes  # (the too-short note names both points)
+    assert "async_scheduling=False" in notes

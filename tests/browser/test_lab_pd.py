@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.lab import pd
+from kvsim.lab.screenshots import LabThread
 
 from .conftest import LabPage
 
@@ -185,3 +186,27 @@ def test_the_main_page_links_to_it(lab: LabPage) -> None:
     lab.page.wait_for_selector("main#pd[aria-busy=false]", timeout=60_000)
     assert lab.page.url.split("?")[0].endswith("/pd")
     assert lab.page.text_content("#pd-title") == pd.get("disaggregated").title
+
+
+def test_a_rejected_request_reads_rejected(lab: LabPage, monkeypatch: Any) -> None:
+    """A request the engine rejects (its prompt over max_model_len) is drawn "rejected", in the single-replica
+    page's rejected colour, where its row read "done"."""
+    from tests.test_lab_pd import rejecting_fleet
+
+    if not isinstance(lab.server, LabThread):  # (a deployed server has only its own presets)
+        return
+    w, cfg, names = rejecting_fleet()
+    preset = pd.PdPreset(name="rejecting", title="rejecting", description="", workload=w, config=cfg,
+                         request_names=names)  # fmt: skip
+    monkeypatch.setitem(pd.PD_PRESETS, "rejecting", lambda: preset)
+    r = pd.preset_run("rejecting")
+    open_pd(lab, preset="rejecting")
+    for k in (0, len(r.instants) - 1):
+        seek(lab, k)
+        assert_drawn(lab, pd.snapshot(r, k))  # (cached blocks dashed whatever their requests' names: the
+        # style read names starting "req")
+        rows = {row["name"]: row for row in lab.page.evaluate(ROWS)}
+        assert rows["a"]["phase"] == "rejected"
+        assert rows["a"]["cells"][:2] == ["a", "rejected"]  # (not "a (prefilled locally)")
+        assert rows["a"]["colour"] == "rgb(255, 136, 150)"
+    pd.preset_run.cache_clear()

@@ -7,7 +7,8 @@ workload with its parameters, a seed and a request count. Its row holds every pa
 metric (`kvsim.simulate(...).summary`) and the wall time; `point_id` (a hash of the fully resolved config,
 the workload, the seed, the request count, the backend and the SLOs if any) is what resume compares, so a
 point already in the output file is never run again. Delete the file (or pass `resume=False`) to recompute
-after the engine changes.
+after the engine changes. A knob whose meaning changed (`kvsim.analysis.sweep_revisions`) changes the ids
+of the points with a changed value, and a row written under the old meaning is dropped and run again.
 
 SLOs (`goodput={"ttft": 500, "tpot": 50}`, ms, `kvsim.engine.metrics.parse_goodput`'s forms) add goodput and SLO
 attainment to every row (`kvsim.engine.metrics.goodput_columns`: `request_goodput`, `good_requests`,
@@ -44,6 +45,7 @@ from typing import Any
 import polars as pl
 
 from kvsim.analysis.executors import EXECUTORS, check_executor, executor_session, progress_bar
+from kvsim.analysis.sweep_revisions import knob_revisions, legacy_revisions, stale_rows
 from kvsim.analysis.sweep_stats import (
     CONFIG_FIELDS,
     SLO_COLUMN,
@@ -176,10 +178,16 @@ class Point:
     def workload_key(self) -> str:
         return json.dumps([self.workload, sorted(self.workload_params.items()), self.requests, self.seed])
 
-    def point_id(self, resolved: Mapping[str, Any] | None = None) -> str:
+    def point_id(
+        self, resolved: Mapping[str, Any] | None = None, *, revisions: Mapping[str, int] | None = None
+    ) -> str:
         """A stable hash of everything that determines this point's row (the SLOs only when there are
-        some, so a sweep without them keeps the ids it had before SLOs existed)."""
+        some, so a sweep without them keeps the ids it had before SLOs existed; the revisions of knobs
+        whose meaning changed, `sweep_revisions.knob_revisions`, only for a point with a changed value;
+        `revisions` overrides them, which is how `legacy_ids` finds a point's rows of before)."""
         resolved = resolved if resolved is not None else self.sim_config().resolved()
+        if revisions is None:
+            revisions = knob_revisions(resolved)
         # The fleet's knobs only when one differs from its default, so a one-replica point keeps the id
         # it had before fleets existed.
         resolved = {k: v for k, v in resolved.items() if not (k in CLUSTER_KNOBS and v == KNOBS[k].default)}
@@ -202,8 +210,19 @@ class Point:
         }
         if self.goodput:
             identity["goodput"] = {k: float(v) for k, v in self.goodput.items()}
+        if revisions:
+            identity["revisions"] = dict(revisions)
         blob = json.dumps(identity, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+    def legacy_ids(self) -> list[tuple[str, str]]:
+        """The ids this point had before a knob's meaning changed, each with that knob (none for a point
+        without a changed value): a row under one of them was written under the old meaning."""
+        resolved = self.sim_config().resolved()
+        return [
+            (knob, self.point_id(resolved, revisions=older))
+            for knob, older in legacy_revisions(knob_revisions(resolved))
+        ]
 
 
 def simulate_point(point: Point, workload: Any, config: SimConfig, record_timeseries: bool | int) -> Any:
@@ -659,6 +678,8 @@ class SweepOutcome:
         skipped: points found in the output already.
         wall_s: seconds the run took.
         path: the parquet file (None when not written).
+        replaced: rows dropped from the file because they were written before a knob's meaning changed,
+            by knob (`sweep_revisions`); their points ran again.
     """
 
     frame: pl.DataFrame
@@ -666,6 +687,7 @@ class SweepOutcome:
     skipped: int
     wall_s: float
     path: Path | None
+    replaced: dict[str, int] = field(default_factory=dict)
 
 
 def run_sweep(
@@ -704,10 +726,13 @@ def run_sweep(
     points = spec.points(skip_invalid=skip_invalid)
     check_executor(executor, workers, scheduler)
     store = ResultStore(output, resume=resume, flush_every_s=flush_every_s)
-    done = store.done
     ids = [p.point_id() for p in points]
     if len(set(ids)) != len(ids):
         raise InvalidArgumentError("the grid lists the same point twice (two values resolve to one config)")
+    # Rows written before a knob's meaning changed (`sweep_revisions`): dropped, so their points run again.
+    stale, replaced = stale_rows(points, store.done) if store.old.height else (set(), {})
+    store.drop(stale)
+    done = store.done
     todo = [p for p, i in zip(points, ids, strict=True) if i not in done]
     t0 = time.perf_counter()
     bar = progress_bar(len(todo), spec.name, progress)
@@ -735,7 +760,9 @@ def run_sweep(
         # whatever order they completed in.
         order = pl.DataFrame({"point_id": ids, "_grid_order": range(len(ids))})
         frame = frame.join(order, on="point_id", how="inner").sort("_grid_order").drop("_grid_order")
-    return SweepOutcome(frame, len(todo), len(points) - len(todo), time.perf_counter() - t0, store.path)
+    return SweepOutcome(
+        frame, len(todo), len(points) - len(todo), time.perf_counter() - t0, store.path, replaced
+    )
 
 
 __all__ = [

@@ -148,7 +148,7 @@ def aggregate(
     Returns:
         One row per group: the `by` columns, `n_seeds`, and `<m>_mean`, `<m>_std`, `<m>_ci95` per metric
         (`ci95` = t(0.975, n-1) · std / sqrt(n), null for one value), each over the seeds with a value of
-        that metric (n of them: a null, such as a latency with no request finished, is no sample; `<m>_n`
+        that metric (n of them: a null, such as a latency with no request finished, or a NaN is no sample; `<m>_n`
         when some seed has none).
     """
     if frame.height == 0:
@@ -160,9 +160,10 @@ def aggregate(
         raise InvalidArgumentError(f"metrics {twice} listed twice; name each once")
     exprs: list[pl.Expr] = [pl.len().alias("n_seeds")]
     for m in metrics:
-        col = pl.col(m).cast(pl.Float64)
-        # (polars' count is of the non-null values; a NaN is no value either)
-        n = col.fill_nan(None).count().alias(f"{m}_n")
+        # (a NaN is no value, as a null is not: the mean, the deviation and the count all leave it out,
+        # so a seed's NaN makes the cell "(k of n)" rather than NaN)
+        col = pl.col(m).cast(pl.Float64).fill_nan(None)
+        n = col.count().alias(f"{m}_n")
         exprs += [col.mean().alias(f"{m}_mean"), col.std().alias(f"{m}_std"), n]
     out = frame.group_by(by, maintain_order=True).agg(exprs)
     ci = []

@@ -85,6 +85,7 @@ class ResultStore:
         self.old = pl.DataFrame()
         self.new: list[dict[str, Any]] = []
         self.flushed = 0  # rows of `new` already in a part file
+        self._dropped = False  # old rows dropped (`drop`): the file is written again even with no new row
         self._next_part = 0
         self.flush_every_s = flush_every_s
         self._last_flush = time.monotonic()
@@ -121,6 +122,16 @@ class ResultStore:
     def done(self) -> set[str]:
         ids = set(self.old["point_id"].to_list()) if "point_id" in self.old.columns else set()
         return ids | {r["point_id"] for r in self.new}
+
+    def drop(self, ids: set[str]) -> None:
+        """Removes the rows already there with one of `ids` (rows written under a knob's old meaning,
+        `kvsim.analysis.sweep_revisions`); `finish()` then writes the file without them."""
+        if not ids or "point_id" not in self.old.columns:
+            return
+        kept = self.old.filter(~pl.col("point_id").is_in(sorted(ids)))
+        if kept.height != self.old.height:
+            self.old = kept
+            self._dropped = True
 
     def add(self, row: dict[str, Any]) -> None:
         self.new.append(row)
@@ -159,7 +170,7 @@ class ResultStore:
             InvalidArgumentError: the file cannot be written; the message says where the rows were kept
                 instead (a parquet file in the temporary folder).
         """
-        if self.path is None or (not self.new and not self.parts_dir.is_dir()):
+        if self.path is None or (not self.new and not self.parts_dir.is_dir() and not self._dropped):
             return
         frame = self.frame()
         tmp = self.path.with_name(self.path.name + ".tmp")

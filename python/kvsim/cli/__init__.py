@@ -30,6 +30,7 @@ from kvsim.analysis.sweep import (
     parse_grid_args,
     run_sweep,
 )
+from kvsim.analysis.sweep_revisions import replaced_note
 from kvsim.analysis.sweep_stats import point_axes, workloads_named_once
 from kvsim.cli import calibrate as cli_calibrate
 from kvsim.cli import plan as cli_plan
@@ -519,6 +520,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise _flag_error("--output", exc) from None
     if args.show is not None:
         show = [m.strip() for m in args.show.split(",") if m.strip()]
+        if not show:  # (it ran the sweep and printed no table)
+            raise FlagError(
+                f"argument --show: {args.show!r} names no metric; name one or more, comma-separated"
+            )
         twice = sorted({m for m in show if show.count(m) > 1})
         if twice:  # checked before any work: the table would have two columns of one name
             raise FlagError(f"argument --show: {','.join(twice)} given twice; name each metric once")
@@ -547,6 +552,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     print(f"{spec.name}: {fmt_count(outcome.ran, 'run')} now, {outcome.skipped:,} already in {outcome.path}"
           f"{_runs_of(outcome)} ({outcome.wall_s:.1f} s)")  # fmt: skip
+    replaced = replaced_note(outcome.replaced, outcome.path)
+    if replaced is not None:
+        print(f"note: {replaced}")
     if args.skip_invalid:
         bad = spec.invalid()
         if bad:  # (what --skip-invalid left out, and why: it said nothing)
@@ -566,10 +574,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         ):  # fmt: skip
             if args.show is None:
                 show = with_rejected(show, outcome.frame)
-            table = sweep_table(outcome.frame, spec.grid, show)
+            # (a metric the rows already in the file lack, written before it existed: null cells, and a
+            # note, where polars raised ColumnNotFoundError)
+            lacking = [m for m in show if m not in outcome.frame.columns]
+            frame = outcome.frame.with_columns(pl.lit(None, dtype=pl.Float64).alias(m) for m in lacking)
+            table = sweep_table(frame, spec.grid, show)
             print(table)
             for line in ci_legend(table):
                 print(line)
+        if lacking:
+            print(
+                f"note: --show {','.join(lacking)}: the rows in {outcome.path} lack "
+                f"{'it' if len(lacking) == 1 else 'them'} (written by a kvsim before the metric), so the cells "
+                "are null; --no-resume or a new --output runs the points again"
+            )
         note = rejected_note(outcome.frame)
         if note is not None:
             print(f"note: {note}")

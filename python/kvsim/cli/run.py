@@ -542,21 +542,29 @@ def block_size_note(config: Any) -> str | None:
     )
 
 
-def backend_block_size_note(config: Any) -> str | None:
+def backend_block_size_note(config: Any, who: str = "") -> str | None:
     """A note where the block size given with a model on a GPU is one vLLM 0.33.0 cannot serve: its
     `CacheConfig.block_size` takes any positive size (`vllm/config/cache.py`), but it then picks an attention
     backend that supports the size (`AttentionBackend.supports_block_size`, `vllm/v1/attention/backend.py`), and
-    every GPU backend takes only multiples of 16 (`get_supported_kernel_block_sizes`: FlashAttention, Triton
-    and FlexAttention `MultipleOf(16)`, FlashInfer 16, 32 or 64, the MLA ones 16 to 128), so `vllm serve`
-    stops at start-up ("No valid attention backend found"). kvsim runs the size as asked (a simulator's
-    experiment: the paper's block-size study, the tests' small blocks); None otherwise."""
+    every GPU backend for a model without MLA takes only multiples of 16 (`get_supported_kernel_block_sizes`:
+    FlashAttention, Triton and FlexAttention `MultipleOf(16)`, FlashInfer 16, 32 or 64), so `vllm serve` stops at
+    start-up ("No valid attention backend found"). An MLA model gets no note: its Triton MLA backend
+    (`vllm/v1/attention/backends/mla/triton_mla.py`, which defines no `get_supported_kernel_block_sizes`)
+    keeps the base class's `MultipleOf(1)`, any size, where
+    the others take 64 (FlashMLA), 128 (CUTLASS MLA) or 32 and 64 (FlashInfer MLA). kvsim runs the size as
+    asked (a simulator's experiment: the paper's block-size study, the tests' small blocks); None otherwise.
+    `who` names the replicas in the note (`"prefill replicas' "` for `--prefill-config`'s)."""
+    from kvsim.model.models import resolve
+
     asked = config._given.get("block_size")
     if asked is None or config.model is None or config.gpu is None or config.block_size % 16 == 0:
         return None
+    if resolve(config.model).is_mla:
+        return None
     return (
-        f"block size {config.block_size}: vLLM 0.33.0 starts no attention backend on a GPU for it (each takes "
-        'multiples of 16 only: it stops with "No valid attention backend found"); kvsim runs it as asked, as an '
-        "experiment, not a deployment vLLM serves"
+        f"{who}block size {config.block_size}: vLLM 0.33.0 starts no attention backend on a GPU for it (each "
+        'takes multiples of 16 only: it stops with "No valid attention backend found"); kvsim runs it as asked, '
+        "as an experiment, not a deployment vLLM serves"
     )
 
 
@@ -620,7 +628,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if fleet and several:  # (a fleet of DP ranks: what a replica is, and the groups they make)
         notes.extend(data_parallel_notes(result))
     notes.extend(encoder_notes(config))
+    prefill_cfg = getattr(args, "prefill_sim_config", None)
     for note in (block_size_note(config), backend_block_size_note(config)):
+        if note is not None:
+            notes.append(note)
+    if prefill_cfg is not None:  # (--prefill-config's block size, its own: the prefill replicas')
+        note = backend_block_size_note(prefill_cfg, "prefill replicas' ")
         if note is not None:
             notes.append(note)
     out = {
@@ -646,6 +659,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if prefill_cfg is not None:  # --prefill-config: the prefill pool's own pool and time
         out["prefill_pool"] = prefill_cfg.pool.line()
         out["prefill_time"] = prefill_cfg.time_line()
+    if config.prefill_replicas > 0:
+        # (the prefill replicas' whole config, as `config` is the decode replicas' (theirs too without
+        # --prefill-config): it reads back with SimConfig.from_dict, so a record of a P/D run says what
+        # its prefill side ran with)
+        out["prefill_config"] = (prefill_cfg if prefill_cfg is not None else config).describe()
     if fleet:
         out["fleet"] = fleet_record(result)
     if save_dir is not None:

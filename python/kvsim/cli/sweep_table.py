@@ -139,6 +139,11 @@ def sweep_table(frame: Any, grid: Iterable[str], show: Sequence[str]) -> Any:
     agg = workloads_named_once(agg, grid)  # (a grid's workload parameters have their own columns)
     axes = point_axes(agg, grid) + ([TRANSPORT] if differs else [])
     cols: dict[str, Any] = {c: agg[c] for c in axes}
+    for c in (
+        axes
+    ):  # (a yes-or-no or unset axis value as the notes name it: None, False; polars wrote null, false)
+        if agg[c].dtype == pl.Boolean or agg[c].null_count():
+            cols[c] = pl.Series(c, [str(v) for v in agg[c].to_list()], dtype=pl.String)
     cols["n_seeds"] = agg["n_seeds"]
     seeds = agg["n_seeds"].to_list()
     for m in show:
@@ -146,7 +151,13 @@ def sweep_table(frame: Any, grid: Iterable[str], show: Sequence[str]) -> Any:
         ns = agg[f"{m}_n"].to_list() if f"{m}_n" in agg.columns else seeds
         if m in verdicts:
             cells = [
-                "yes" if s == 1 else "no" if s == 0 else f"{round(s * n)} of {n} seeds"
+                "null"  # (no seed has it: a file's rows from before the column)
+                if s is None or math.isnan(s)
+                else "yes"
+                if s == 1
+                else "no"
+                if s == 0
+                else f"{round(s * n)} of {n} seeds"
                 for s, n in zip(means, ns, strict=True)
             ]
         else:

@@ -2,7 +2,8 @@
 
 One prefill replica and one decode replica on one clock: at any instant, each pool's blocks and the
 request holding each, every request's phase (prefill queue, prefill, waiting on the decode replica,
-its transfer queued / on the link / landed, the tail computed on the decode replica, decoding, done), and
+its transfer queued / on the link / landed, the tail computed on the decode replica, decoding, done or
+rejected), and
 the decode replica's inbound link. Nothing here decides anything: the fleet runs on the Rust engine
 (`kvsim.simulate_cluster`, the rows the page shows) and on the reference engine (`kvsim.reference.cluster.
 run_cluster` with `record_events`: each replica's event log, which `simulate_cluster` does not return);
@@ -32,6 +33,7 @@ from kvsim.lab.bundle_info import time_info
 from kvsim.lab.pd_replay import Replay, replay
 from kvsim.lab.presets import _table
 from kvsim.model.config import SimConfig
+from kvsim.reference.engine import REJECTED
 from kvsim.workloads import Workload
 
 PS_PER_S = 10**12
@@ -47,6 +49,7 @@ PHASES = (
     "computing its tail",
     "decoding",
     "done",
+    "rejected",
     "local prefill queue",
     "prefilling locally",
     "preempted",
@@ -170,7 +173,8 @@ class PdRun:
     admit: np.ndarray  # admission on the decode replica (-1: never)
     first_scheduled: np.ndarray
     first_token: np.ndarray
-    finish: np.ndarray
+    finish: np.ndarray  # its finish, or its rejection (`rejected`)
+    rejected: np.ndarray  # per row, whether the engine rejected it (its row's status), not finished it
     load_wait: np.ndarray
     transfer_blocks: np.ndarray
     decode_hits: np.ndarray  # per row, the blocks its first admission on the decode replica hit
@@ -301,6 +305,7 @@ def run(
         first_scheduled=np.asarray(cols["first_scheduled"], dtype=np.int64),
         first_token=np.asarray(cols["first_token"], dtype=np.int64),
         finish=np.asarray(cols["finish"], dtype=np.int64),
+        rejected=np.asarray(cols["status"]) == REJECTED,
         load_wait=load_wait,
         transfer_blocks=transfer_blocks,
         decode_hits=hits,
@@ -324,7 +329,7 @@ def phase(r: PdRun, row: int, t: int) -> str:
     if t < r.arrival[row]:
         return "not arrived"
     if r.finish[row] >= 0 and t >= r.finish[row]:
-        return "done"
+        return "rejected" if r.rejected[row] else "done"
     # A preemption (its rows' times do not tell it: the replicas' logs do, `pd_replay`): on the prefill
     # replica while it prefills there, on the decode replica from its admission there.
     on_prefill = r.replays[0].preempted(row, t) if r.prefill_replica[row] >= 0 else None

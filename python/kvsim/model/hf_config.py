@@ -417,6 +417,11 @@ def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> tuple[int, in
     longrope = False
     for p in params:
         kind = p.get("rope_type", p.get("type", "default"))
+        if kind == "":  # (an empty name is no type: refused, as rope.py refuses it, not scaled by its factor)
+            raise InvalidArgumentError(
+                f"model {where!r}: field 'rope_scaling.rope_type' is empty; name a rope type ('default' for "
+                "unscaled RoPE)"
+            )
         if not isinstance(kind, str):
             raise InvalidArgumentError(
                 f"model {where!r}: field 'rope_scaling.rope_type' {kind!r} must be a name"
@@ -448,24 +453,55 @@ def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> tuple[int, in
 # `FalconMambaForCausalLM`), whose pool kvsim does not model: it models Mamba layers beside attention layers.
 _RWKV_TYPES = ("rwkv",)
 _PURE_SSM_TYPES = ("mamba", "mamba2", "falcon_mamba")
+_PURE_SSM_ARCHS = ("MambaForCausalLM", "Mamba2ForCausalLM", "FalconMambaForCausalLM")
+
+
+def _names(cfg: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
+    """The `model_type`s of `cfg` (the config's and its `text_config`'s: field name and value, lower case)
+    and its `architectures`, each field checked: a `model_type` must be a name, `architectures` a list of
+    names (or null)."""
+    kinds: list[tuple[str, str]] = []
+    archs: list[str] = []
+    for prefix, part in (("", cfg), ("text_config.", cfg.get("text_config"))):
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("model_type")
+        if kind is not None and not isinstance(kind, str):
+            raise InvalidArgumentError(f"field '{prefix}model_type' {kind!r} must be a name (a string)")
+        if kind:
+            kinds.append((f"{prefix}model_type", kind.lower()))
+        given = part.get("architectures")
+        if given is not None and (not isinstance(given, list) or not all(isinstance(a, str) for a in given)):
+            raise InvalidArgumentError(f"field '{prefix}architectures' {given!r} must be a list of names")
+        archs += given or []
+    return kinds, archs
 
 
 def _attention_free(cfg: dict[str, Any]) -> str | None:
-    """Why kvsim refuses a config of an attention-free architecture (by `model_type` or `architectures`), or
-    None."""
-    kind = str(cfg.get("model_type", "")).lower()
-    given = cfg.get("architectures")
-    archs: list[Any] = given if isinstance(given, list) else []
-    arch = str(archs[0]) if archs else kind
-    if kind.startswith(_RWKV_TYPES) or any(str(a).lower().startswith("rwkv") for a in archs):
+    """Why kvsim refuses a config of an attention-free architecture (by a `model_type` or an `architectures`
+    name, the config's own or its `text_config`'s), or None.
+
+    Raises:
+        InvalidArgumentError: a `model_type` that is no string, or `architectures` that is no list of them.
+    """
+    kinds, archs = _names(cfg)
+
+    def said(kind_hit: Any, arch_hit: Any) -> str:
+        field, kind = next((k for k in kinds if kind_hit(k[1])), kinds[0] if kinds else ("", ""))
+        arch = next((a for a in archs if arch_hit(a)), archs[0] if archs else kind)
+        return f"{arch} ({field} {kind!r})" if kind else arch
+
+    rwkv = (lambda k: k.startswith(_RWKV_TYPES), lambda a: a.lower().startswith("rwkv"))
+    if any(rwkv[0](k) for _, k in kinds) or any(rwkv[1](a) for a in archs):
         return (
-            f"{arch} (model_type {kind!r}) is an RWKV model, which vLLM 0.33.0 does not serve (its model registry "
-            "has no RWKV architecture): kvsim sizes models as vLLM serves them"
+            f"{said(*rwkv)} is an RWKV model, which vLLM 0.33.0 does not serve (its model registry has no RWKV "
+            "architecture): kvsim sizes models as vLLM serves them"
         )
-    if kind in _PURE_SSM_TYPES:
+    ssm = (lambda k: k in _PURE_SSM_TYPES, lambda a: a in _PURE_SSM_ARCHS)
+    if any(ssm[0](k) for _, k in kinds) or any(ssm[1](a) for a in archs):
         return (
-            f"{arch} (model_type {kind!r}) is a state-space model without attention layers: kvsim models Mamba "
-            "layers only beside attention layers (a hybrid model: Jamba, Nemotron-H, Granite 4.0-H)"
+            f"{said(*ssm)} is a state-space model without attention layers: kvsim models Mamba layers only "
+            "beside attention layers (a hybrid model: Jamba, Nemotron-H, Granite 4.0-H)"
         )
     return None
 
@@ -480,7 +516,10 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
 
     path = where
     p = source
-    refusal = _attention_free(cfg)
+    try:
+        refusal = _attention_free(cfg)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"model {str(path)!r}: {exc}") from None
     if refusal:
         raise InvalidArgumentError(f"model {str(path)!r}: {refusal}")
     encoders = tuple(e for e in ("vision", "audio") if isinstance(cfg.get(f"{e}_config"), dict))

@@ -53,6 +53,12 @@ KNOWN_ROPE_TYPES = _SAME_ROWS | _YARN | {"linear", "longrope", "su", "bailing_mr
 def _checked(params: dict[str, Any], where: str) -> dict[str, Any]:
     """`params` with `rope_type` spelled out, its sizes checked (vLLM's classes would fail on them)."""
     out = dict(params)
+    for key in ("rope_type", "type"):
+        if out.get(key) == "":  # (no name: not the default, which hf_config's context would not scale)
+            raise InvalidArgumentError(
+                f"model {where!r}: field {key!r} is empty; name a rope type (vLLM 0.33.0's get_rope builds "
+                "none without a name; 'default' for unscaled RoPE)"
+            )
     kind = out.get("rope_type") or out.get("type") or "default"
     if not isinstance(kind, str):
         raise InvalidArgumentError(f"model {where!r}: field 'rope_type' {kind!r} must be a name")

@@ -86,7 +86,7 @@ function drawRequests(snap) {
     tr.dataset.phase = q.phase;
     tr.dataset.generated = String(q.generated);
     const cells = [
-      q.name + (q.disaggregated || q.phase === "not arrived" ? "" : " (prefilled locally)"),
+      q.name + (q.disaggregated || q.phase === "not arrived" || q.phase === "rejected" ? "" : " (prefilled locally)"),
       q.phase,
       `${q.generated} of ${q.max_tokens}`,
       q.prefill_blocks.length ? q.prefill_blocks.map((b) => `P${b}`).join(" ") : "—",

@@ -1,0 +1,101 @@
+"""Knobs whose meaning changed after sweep files already held rows for them.
+
+A sweep row is identified by `point_id`, a hash of the point's resolved config (`kvsim.analysis.sweep`).
+When a knob keeps its name and values but a value comes to mean something else, that hash is unchanged,
+and resume would take a row written under the old meaning for the new one. `MEANING_CHANGES` lists such
+changes: a point whose config holds a changed value hashes the knob's revision into its id, so an old row
+no longer matches; `run_sweep` finds the old rows by the ids their points had under each earlier revision
+(`legacy_revisions`), drops them from the file and runs their points again, and `kvsim sweep` says so
+(`replaced_note`). A future change of a knob's meaning adds an entry here (or bumps its revision).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MeaningChange:
+    """One knob's change of meaning.
+
+    Attributes:
+        revision: the knob's current revision (2 for its first change; 1, the original meaning, is
+            never hashed, so points keep the ids they had before).
+        values: the values whose meaning changed (a point with another value keeps its id).
+        before: what those values meant before, for the note.
+    """
+
+    revision: int
+    values: tuple[Any, ...]
+    before: str
+
+
+MEANING_CHANGES: dict[str, MeaningChange] = {
+    # kvsim 0.1.0 before 2026-12-07: False sized for two batches in flight, as None does now; since then it
+    # is vLLM's --no-async-scheduling, one batch in flight (DESIGN.md, Engine, Asynchronous scheduling).
+    "async_scheduling": MeaningChange(
+        2, (False,), "async_scheduling=False meant two batches in flight; now one, --no-async-scheduling"
+    ),
+}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b  # (False is not 0: `async_scheduling` 0 is refused anyway)
+
+
+def knob_revisions(resolved: Mapping[str, Any]) -> dict[str, int]:
+    """The revisions a point's id hashes: each changed knob whose value in `resolved` is a changed one."""
+    return {
+        name: change.revision
+        for name, change in MEANING_CHANGES.items()
+        if name in resolved and any(_same(resolved[name], v) for v in change.values)
+    }
+
+
+def legacy_revisions(current: Mapping[str, int]) -> Iterator[tuple[str, dict[str, int]]]:
+    """Each earlier set of revisions the same point had (one knob back at a time; revision 1 is left out
+    of the mapping, as ids before any change had it), with the knob that differs."""
+    for name, rev in current.items():
+        for earlier in range(1, rev):
+            older = {k: v for k, v in current.items() if k != name}
+            if earlier > 1:
+                older[name] = earlier
+            yield name, older
+
+
+def stale_rows(points: Iterable[Any], old_ids: set[str]) -> tuple[set[str], dict[str, int]]:
+    """The ids among `old_ids` that `points` (`kvsim.analysis.sweep.Point`s) had before a knob's meaning
+    changed, and how many there are by knob: rows written under the old meaning."""
+    stale: set[str] = set()
+    by_knob: dict[str, int] = {}
+    for p in points:
+        for knob, legacy in p.legacy_ids():
+            if legacy in old_ids and legacy not in stale:
+                stale.add(legacy)
+                by_knob[knob] = by_knob.get(knob, 0) + 1
+    return stale, by_knob
+
+
+def replaced_note(replaced: Mapping[str, int], path: Any) -> str | None:
+    """`kvsim sweep`'s note for rows dropped because a knob's meaning changed (knob -> rows), or None."""
+    if not replaced:
+        return None
+    total = sum(replaced.values())
+    what = "; ".join(MEANING_CHANGES[k].before for k in sorted(replaced))
+    rows = "1 row" if total == 1 else f"{total:,} rows"
+    return (
+        f"{rows} in {path} were written before a knob's meaning changed ({what}): their points ran again "
+        "and replace them (a new --output keeps an old file as it was)"
+    )
+
+
+__all__ = [
+    "MEANING_CHANGES",
+    "MeaningChange",
+    "knob_revisions",
+    "legacy_revisions",
+    "replaced_note",
+    "stale_rows",
+]
