@@ -658,6 +658,26 @@ def test_a_sweep_names_its_workloads_and_says_a_file_is_kvsim_runs(tmp_path, cap
     assert sorted(tmp_path.iterdir()) == [trace]
 
 
+def test_rows_of_a_default_that_changed_with_its_meaning_run_again(tmp_path):
+    """async_scheduling's default was False until 2026-12-07 (None since): a sweep that never named it wrote
+    its rows under ids hashing False, which today's --no-async-scheduling (one batch in flight) does not
+    mean; resumed today, those rows are replaced, not kept beside today's nor reused."""
+    out = tmp_path / "default.parquet"
+    spec = tiny(grid=["max_num_seqs=8,16"], seeds=1)
+    run_sweep(spec, output=out, progress=False)
+    before = {
+        p.point_id(): p.point_id({**p.sim_config().resolved(), "async_scheduling": False}, revisions={})
+        for p in spec.points()
+    }
+    assert all(k != v for k, v in before.items())
+    pl.read_parquet(out).with_columns(pl.col("point_id").replace(before)).write_parquet(out)
+    again = run_sweep(spec, output=out, progress=False)
+    assert (again.ran, again.skipped, again.replaced) == (2, 0, {"async_scheduling": 2})
+    rows = pl.read_parquet(out)
+    assert sorted(rows["point_id"]) == sorted(before)  # the old rows gone from the file
+    assert run_sweep(spec, output=out, progress=False).ran == 0
+
+
 def test_rows_written_before_a_knobs_meaning_changed_are_not_reused(tmp_path, capsys):
     """async_scheduling=False meant two batches in flight before 2026-12-07 and one since, with the same
     resolved config: a file written then (its False rows under the ids they had, with numbers that are not

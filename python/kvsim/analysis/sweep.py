@@ -45,7 +45,7 @@ from typing import Any
 import polars as pl
 
 from kvsim.analysis.executors import EXECUTORS, check_executor, executor_session, progress_bar
-from kvsim.analysis.sweep_revisions import knob_revisions, legacy_revisions, stale_rows
+from kvsim.analysis.sweep_revisions import knob_revisions, legacy_identities, stale_rows
 from kvsim.analysis.sweep_stats import (
     CONFIG_FIELDS,
     SLO_COLUMN,
@@ -216,13 +216,10 @@ class Point:
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
     def legacy_ids(self) -> list[tuple[str, str]]:
-        """The ids this point had before a knob's meaning changed, each with that knob (none for a point
-        without a changed value): a row under one of them was written under the old meaning."""
-        resolved = self.sim_config().resolved()
-        return [
-            (knob, self.point_id(resolved, revisions=older))
-            for knob, older in legacy_revisions(knob_revisions(resolved))
-        ]
+        """The ids this point had before a knob's meaning changed, each with that knob (a changed value's
+        earlier revisions; a changed default's old value): a row under one was written under the old meaning."""
+        ids = legacy_identities(self.sim_config().resolved())
+        return [(knob, self.point_id(config, revisions=revisions)) for knob, config, revisions in ids]
 
 
 def simulate_point(point: Point, workload: Any, config: SimConfig, record_timeseries: bool | int) -> Any:

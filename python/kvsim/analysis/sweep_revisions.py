@@ -25,18 +25,28 @@ class MeaningChange:
             never hashed, so points keep the ids they had before).
         values: the values whose meaning changed (a point with another value keeps its id).
         before: what those values meant before, for the note.
+        default_was: (today's default, the value it resolved to before) where the knob's default changed
+            with its meaning: a point at today's default was written under the old one's spelling, and its
+            rows are old ones too.
     """
 
     revision: int
     values: tuple[Any, ...]
     before: str
+    default_was: tuple[Any, Any] | None = None
 
 
 MEANING_CHANGES: dict[str, MeaningChange] = {
     # kvsim 0.1.0 before 2026-12-07: False sized for two batches in flight, as None does now; since then it
     # is vLLM's --no-async-scheduling, one batch in flight (DESIGN.md, Engine, Asynchronous scheduling).
+    # Its default was False (kvsim's synchronous engine) and is None: a point at the default resolved False
+    # then, so a file of before holds its rows under that id, which are replaced too (the same numbers for a
+    # model of full attention alone, but a row's async_scheduling column said false, which means one batch now).
     "async_scheduling": MeaningChange(
-        2, (False,), "async_scheduling=False meant two batches in flight; now one, --no-async-scheduling"
+        2,
+        (False,),
+        "async_scheduling=False meant two batches in flight; now one, --no-async-scheduling",
+        default_was=(None, False),
     ),
 }
 
@@ -63,6 +73,27 @@ def legacy_revisions(current: Mapping[str, int]) -> Iterator[tuple[str, dict[str
             if earlier > 1:
                 older[name] = earlier
             yield name, older
+
+
+def legacy_defaults(resolved: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """For each knob whose default changed with its meaning and which `resolved` holds at today's default,
+    the config as it resolved before (the old default in its place), with the knob."""
+    for name, change in MEANING_CHANGES.items():
+        if change.default_was is not None and name in resolved:
+            now, was = change.default_was
+            if _same(resolved[name], now):
+                yield name, {**resolved, name: was}
+
+
+def legacy_identities(resolved: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any], dict[str, int]]]:
+    """What a point of config `resolved` hashed before each change of a knob's meaning, as (the knob, the
+    config, the revisions) for `Point.point_id`: a changed value's earlier revisions, a changed default's old
+    value."""
+    revisions = knob_revisions(resolved)
+    for knob, older in legacy_revisions(revisions):
+        yield knob, resolved, older
+    for knob, before in legacy_defaults(resolved):
+        yield knob, before, {k: v for k, v in revisions.items() if k != knob}
 
 
 def stale_rows(points: Iterable[Any], old_ids: set[str]) -> tuple[set[str], dict[str, int]]:
@@ -95,6 +126,8 @@ __all__ = [
     "MEANING_CHANGES",
     "MeaningChange",
     "knob_revisions",
+    "legacy_defaults",
+    "legacy_identities",
     "legacy_revisions",
     "replaced_note",
     "stale_rows",
