@@ -668,6 +668,9 @@ def test_a_float32_checkpoint_is_served_in_two_bytes_as_vllm_serves_it():
         ({"rope_type": "llama3", "factor": 8.0}, {}, 8192),
         ({"rope_type": "linear", "factor": None}, {}, 8192),  # (vLLM falls back to 1)
         ({"rope_type": "longrope", "factor": 4.0}, {"original_max_position_embeddings": 4096}, 4096),
+        # (legacy names, as the type vLLM renames them to: they scaled by the factor here before)
+        ({"rope_type": "su", "factor": 4.0}, {"original_max_position_embeddings": 4096}, 4096),
+        ({"rope_type": "telechat3-yarn", "factor": 4.0}, {}, 8192),
         ({"full_attention": {"rope_type": "linear", "factor": 2.0}}, {}, 16384),  # (per layer type)
     ],
 )

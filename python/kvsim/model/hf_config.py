@@ -18,6 +18,7 @@ from kvsim.model.encoders import Tower
 from kvsim.model.hf_layers import layers_from_hf_config
 from kvsim.model.nemotron_nas import MODEL_TYPE as NAS_TYPE
 from kvsim.model.nemotron_nas import first_kv_heads, nas_blocks
+from kvsim.model.rope import LEGACY_ROPE_NAMES
 
 if TYPE_CHECKING:
     from kvsim.model.breakdown import Breakdown
@@ -302,7 +303,9 @@ _KEPT_FIELDS = (
 
 # RoPE types whose `factor` vLLM does not apply to the derived context (YaRN variants and Llama 3's leave
 # `max_position_embeddings` already scaled; `vllm/config/model.py` `_get_and_verify_max_len`, 0.33.0).
-_ROPE_UNSCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+# A legacy name counts as the type vLLM renames it to first (`rope.LEGACY_ROPE_NAMES`: `su` is longrope,
+# `telechat3-yarn` yarn).
+_ROPE_UNSCALED = ("longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
 
 
 def _kv_heads(cfg: dict[str, Any], heads: int, pick: Any) -> int:
@@ -426,6 +429,7 @@ def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> tuple[int, in
             raise InvalidArgumentError(
                 f"model {where!r}: field 'rope_scaling.rope_type' {kind!r} must be a name"
             )
+        kind = LEGACY_ROPE_NAMES.get(kind, kind)
         longrope |= kind == "longrope"
         if kind not in _ROPE_UNSCALED:
             factor = p.get("factor", factor)

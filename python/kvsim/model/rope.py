@@ -46,6 +46,7 @@ _SAME_ROWS = frozenset({"default", "llama3", "dynamic", "proportional", "mrope",
 # other raises "Unknown RoPE scaling type"), with the legacy names `patch_legacy_rope_type`
 # (`transformers_utils/config.py`) renames first: `su` (longrope), `mrope` (default), `telechat3-yarn` (yarn).
 # `bailing_mrope`, `openpangu` (mrope) and `mllama4` (a vision tower's) keep `max_position_embeddings` rows.
+LEGACY_ROPE_NAMES = {"su": "longrope", "mrope": "default", "telechat3-yarn": "yarn"}
 _YARN = frozenset({"yarn", "telechat3-yarn", "deepseek_yarn", "deepseek_llama_scaling"})
 KNOWN_ROPE_TYPES = _SAME_ROWS | _YARN | {"linear", "longrope", "su", "bailing_mrope", "openpangu", "mllama4"}
 
