@@ -557,12 +557,13 @@ def backend_block_size_note(config: Any, who: str = "") -> str | None:
     from kvsim.model.models import resolve
 
     asked = config._given.get("block_size")
-    if asked is None or config.model is None or config.gpu is None or config.block_size % 16 == 0:
+    if asked is None or config.model is None or config.gpu is None:
         return None
-    if resolve(config.model).is_mla:
+    used = config.pool.pool_block_size  # (a state layer's raise, `block_size_note`, may make it a multiple)
+    if used % 16 == 0 or resolve(config.model).is_mla:
         return None
     return (
-        f"{who}block size {config.block_size}: vLLM 0.33.0 starts no attention backend on a GPU for it (each "
+        f"{who}block size {used}: vLLM 0.33.0 starts no attention backend on a GPU for it (each "
         'takes multiples of 16 only: it stops with "No valid attention backend found"); kvsim runs it as asked, '
         "as an experiment, not a deployment vLLM serves"
     )
@@ -632,7 +633,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in (block_size_note(config), backend_block_size_note(config)):
         if note is not None:
             notes.append(note)
-    if prefill_cfg is not None:  # (--prefill-config's block size, its own: the prefill replicas')
+    if prefill_cfg is not None and prefill_cfg.block_size != config.block_size:  # (its own, not inherited)
         note = backend_block_size_note(prefill_cfg, "prefill replicas' ")
         if note is not None:
             notes.append(note)
