@@ -313,6 +313,7 @@ class PlanResult:
     unservable: dict[str, int] = field(default_factory=dict)
     settled: dict[str, int] = field(default_factory=dict)
     floor_note: str = ""
+    value_words: str = ""  # (what the answer counts, after it: "decode replicas (+ 1 prefill; 5 GPUs)")
 
     @property
     def rate(self) -> float | None:
@@ -616,6 +617,7 @@ class PlanResult:
         else:
             what = {
                 "converged": f"smallest {self.axis} meeting {slos}: {fhi}"
+                + (f" {self.value_words}" if self.value_words else "")
                 + (f" ({flo} fails)" if lo is not None else " (the smallest value probed)"),
                 "probe-limit": (
                     f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
