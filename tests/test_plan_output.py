@@ -64,3 +64,21 @@ def test_plan_says_which_rate_and_how_to_reproduce_it(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["rate_basis"]["basis"] == "arrival_rate"
     assert "--workload sharegpt:arrival_rate=R" in data["rate_basis"]["line"]
+
+
+def test_the_rate_of_a_search_that_set_requests_aside_says_whose_it_is(capsys):
+    """The answer's rate counts every arrival, those set aside too: the message says so and gives the
+    judged requests' rate beside it, `--json` as `servable_rate`."""
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "mooncake-conversation"]
+    argv += ["--requests", "300", "--max-model-len", "16384", "--slo", "ttft_p99:5s", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    aside = sum(data["unservable"].values())
+    assert aside > 0
+    total = 300
+    assert data["servable_rate"] == pytest.approx(data["value"] * (total - aside) / total)
+    assert (
+        f"counts all {total:,} arrivals, those set aside too; the {total - aside:,} judged arrive at"
+        in (data["message"])
+    )
+    assert f"{data['servable_rate']:.4g} req/s)" in data["message"]
