@@ -227,8 +227,8 @@ def render_pd(s: dict[str, Any]) -> str:
 
 
 def render_fleet(result: Any) -> str:
-    """The human fleet section: one line per replica (requests routed to it, its throughput, prefix hit
-    rate, TTFT p99 and preemptions) and the load imbalance."""
+    """The human fleet section: one line per replica (requests routed to it, those it finished, its
+    throughput, prefix hit rate, TTFT p99 and preemptions) and the load imbalance."""
     s = result.summary
     spec = result.router
     how = spec.name
@@ -244,7 +244,7 @@ def render_fleet(result: Any) -> str:
     else:
         which = f"{s['replicas']} {_replicas(s['replicas'])}"
     lines = [f"== fleet: {which}{_dp_phrase(result)}, router {how} =="]
-    head = ("replica", "requests", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
+    head = ("replica", "routed", "finished", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
     lines.append("  " + "".join(f"{h:>12}" for h in head))
     for i, r in enumerate(result.replicas):
         x = r.summary
@@ -252,6 +252,7 @@ def render_fleet(result: Any) -> str:
         cells = (
             str(i),
             f"{x['num_requests']:,}",
+            f"{x['completed']:,}",
             _num(x["throughput_rps"]),
             # (a replica that admitted no prompt has no hit rate: None, "-")
             _num(x["prefix_hit_rate"], "%"),
@@ -265,14 +266,16 @@ def render_fleet(result: Any) -> str:
                 f"p{i}",
                 f"{x['requests']:,}",
                 "-",
+                "-",
                 _num(x["prefix_hit_rate"], "%"),
                 "-",
                 f"{x['preemptions']:,}",
             )
             lines.append("  " + "".join(f"{c:>12}" for c in cells))
     lines.append(  # (rev48b #8: the column summed past the fleet's throughput, unexplained)
-        "  (req/s: each replica's finished requests over its own last finish, so they need not add up to the "
-        "fleet's, over the last finish of all)"
+        "  (routed: the requests routed to it, finished or rejected; req/s: its finished requests over its own "
+        "end, its last step's or a later arrival it rejected (--json's per_replica makespan_s), so they need not "
+        "add up to the fleet's, over the end of all)"
     )
     lines.append(
         f"  load imbalance (max / mean{' over the decode replicas' if prefill else ''}): work (computed tokens) {s['load_imbalance']:.3f}, requests "

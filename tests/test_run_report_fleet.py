@@ -1,0 +1,50 @@
+"""`kvsim run`'s fleet table (`kvsim.analysis.run_report_fleet.render_fleet`): its columns say what they
+count, and each replica's req/s is what its note says it is."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+import kvsim
+from kvsim.analysis.run_report_fleet import render_fleet
+from kvsim.workloads.registry import make_workload
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_fleet_table_counts_routed_and_finished_and_its_rate_is_over_the_replicas_end(backend):
+    """A replica whose last arrival is a request it rejects at once ends there, after its last finished
+    request: its req/s is over that end (its `makespan_s`, the note says so; it said "its own last
+    finish"), and the routed column (rejected requests too) is told from the finished one."""
+    w = make_workload("mooncake-conversation", {}, 300, 0)
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=int(w.prompt_len[-1]))
+    r = kvsim.simulate_cluster(w, cfg, replicas=3, router="round-robin", backend=backend)
+    text = render_fleet(r)
+    lines = text.splitlines()
+    assert lines[1].split() == [
+        "replica",
+        "routed",
+        "finished",
+        "req/s",
+        "hit",
+        "rate",
+        "TTFT",
+        "p99",
+        "ms",
+        "preemptions",
+    ]
+    assert "routed: the requests routed to it, finished or rejected" in text
+    assert "a later arrival it rejected" in text
+    later = 0
+    for i, x in enumerate(r.replicas):
+        rows = r.requests.filter(pl.col("replica") == i)
+        done = rows.filter(pl.col("status") == "finished")
+        rejected = rows.filter(pl.col("status") != "finished")
+        cells = lines[2 + i].split()
+        assert int(cells[1].replace(",", "")) == rows.height
+        assert int(cells[2].replace(",", "")) == done.height < rows.height
+        end = max(done["finish"].max(), rejected["arrival"].max())
+        assert x.summary["makespan_s"] == pytest.approx(end)
+        assert float(cells[3]) == pytest.approx(done.height / end, rel=1e-3)
+        later += rejected["arrival"].max() > done["finish"].max()
+    assert later  # (the case the note once hid)
