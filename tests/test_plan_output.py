@@ -82,3 +82,12 @@ def test_the_rate_of_a_search_that_set_requests_aside_says_whose_it_is(capsys):
         in (data["message"])
     )
     assert f"{data['servable_rate']:.4g} req/s)" in data["message"]
+
+
+def test_split_help_says_what_its_per_gpu_column_is(capsys):
+    """`--split`'s help said "goodput per GPU"; its column is the target rate over a fleet's GPUs."""
+    assert main(["plan", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    split = text[text.index("--split instead") :][:400]
+    assert "goodput" not in split
+    assert "--rate over their GPUs" in split

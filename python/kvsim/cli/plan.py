@@ -126,7 +126,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="instead of the highest rate: the cheapest prefill:decode split (prefill/decode "
         "disaggregation) that meets the SLOs at --rate, against the fewest aggregated replicas meeting them, "
-        "both with their goodput per GPU (kvsim.analysis.plan_pd.best_split; DESIGN.md §Capacity search)",
+        "both with --rate over their GPUs (req/s per GPU: the target rate each fleet serves within the SLOs, "
+        "not its own knee; kvsim.analysis.plan_pd.best_split; DESIGN.md §Capacity search)",
     )
     s.add_argument(
         "--max-gpus",
