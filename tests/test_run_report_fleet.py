@@ -3,11 +3,14 @@ count, and each replica's req/s is what its note says it is."""
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 import pytest
 
 import kvsim
 from kvsim.analysis.run_report_fleet import render_fleet
+from kvsim.cli import main
 from kvsim.workloads.registry import make_workload
 
 
@@ -48,3 +51,31 @@ def test_fleet_table_counts_routed_and_finished_and_its_rate_is_over_the_replica
         assert float(cells[3]) == pytest.approx(done.height / end, rel=1e-3)
         later += rejected["arrival"].max() > done["finish"].max()
     assert later  # (the case the note once hid)
+
+
+def test_least_kv_sending_simultaneous_arrivals_to_one_replica_is_noted(capsys):
+    """Mooncake's identical timestamps arrive in batches; `least-kv` reads blocks held, which a request
+    routed but not yet admitted does not hold, so at load a batch goes whole to one replica: `kvsim run`
+    says so, with the counts; round-robin, which spreads each batch, gets no such note."""
+    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "mooncake-conversation"]
+    argv += ["--requests", "800", "--request-rate", "8", "--max-model-len", "32768", "--replicas", "4"]
+    notes = {}
+    for router in ("least-kv", "round-robin"):
+        assert main([*argv, "--router", router]) == 0
+        notes[router] = [x for x in capsys.readouterr().out.splitlines() if "simultaneous arrivals" in x]
+    assert notes["round-robin"] == []
+    (note,) = notes["least-kv"]
+    m = re.search(r"least-kv sent ([\d,]+) of the ([\d,]+) batches of 4 or more simultaneous arrivals", note)
+    assert m is not None, note
+    whole, batches = (int(g.replace(",", "")) for g in m.groups())
+    assert 4 * whole >= batches > 0
+    # The counts are the run's: batches of >= 4 requests at one arrival time, those all on one replica.
+    w = make_workload("mooncake-conversation", {"request_rate": 8.0}, 800, 0)
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=32768)
+    r = kvsim.simulate_cluster(w, cfg, replicas=4, router="least-kv")
+    g = (
+        r.requests.group_by("arrival")
+        .agg(n=pl.len(), k=pl.col("replica").n_unique())
+        .filter(pl.col("n") >= 4)
+    )
+    assert (g.height, g.filter(pl.col("k") == 1).height) == (batches, whole)

@@ -70,6 +70,38 @@ def data_parallel_notes(result: Any) -> list[str]:
     return out
 
 
+HERD_BATCH = 4  # (simultaneous arrivals a batch must hold for `herd_notes`; all to one of N by chance: N^-3)
+
+
+def herd_notes(result: Any) -> list[str]:
+    """`kvsim run`'s note where the `least-kv` router sent most batches of simultaneous arrivals (at least
+    `HERD_BATCH` requests at one instant: a trace's identical timestamps) each to one replica: it reads the
+    blocks a replica holds, which a request routed but not yet admitted does not hold, so a batch sees one KV
+    state and follows the least-used replica (DESIGN.md §Cluster, "Routers"). Said when a quarter or more of
+    such batches went whole to one replica (twice what chance gives: a batch of 4 on 2 replicas, 1/8); an
+    aggregated fleet only (a P/D fleet routes to decode later)."""
+    import polars as pl
+
+    s = result.summary
+    if result.router.name != "least-kv" or s.get("prefill_replicas") or s["replicas"] < 2:
+        return []
+    batches = (
+        result.requests.group_by("arrival")
+        .agg(n=pl.len(), k=pl.col("replica").n_unique())
+        .filter(pl.col("n") >= HERD_BATCH)
+    )
+    whole = batches.filter(pl.col("k") == 1)
+    if not batches.height or 4 * whole.height < batches.height:
+        return []
+    return [
+        f"least-kv sent {whole.height:,} of the {batches.height:,} batches of {HERD_BATCH} or more simultaneous "
+        f"arrivals each whole to one replica ({int(whole['n'].sum()):,} requests): it reads the KV blocks a "
+        "replica holds, which a request routed but not yet admitted does not hold yet, so a batch arriving at "
+        "one instant sees one KV state and follows the least-used replica (DESIGN.md §Cluster, Routers); "
+        "least-loaded counts the requests in flight"
+    ]
+
+
 def fleet_record(result: Any) -> dict[str, Any]:
     """A fleet run's own part of `kvsim run --json` (`fleet`): the router as run, the load imbalance,
     each replica's summary (DESIGN.md §Cluster), and with data parallelism what its replicas are
