@@ -3,6 +3,7 @@ count, and each replica's req/s is what its note says it is."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import polars as pl
@@ -79,3 +80,23 @@ def test_least_kv_sending_simultaneous_arrivals_to_one_replica_is_noted(capsys):
         .filter(pl.col("n") >= 4)
     )
     assert (g.height, g.filter(pl.col("k") == 1).height) == (batches, whole)
+
+
+def test_run_latency_table_shows_queueing_as_plan_bounds_it(capsys):
+    """`kvsim plan`'s `queueing_*` SLOs had no figure in `kvsim run`'s output: its latency table has a
+    QUEUEING row, the summary's `queueing_s_*` in ms (first scheduled − arrival)."""
+    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "sharegpt:arrival_rate=30"]
+    argv += ["--requests", "300", "--metric-percentiles", "50,90,99,99.9"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = out.index("== latency (ms) ==")
+    cols = out[head + 1].split()
+    row = next(x for x in out[head:] if x.startswith("  QUEUEING")).split()[1:]
+    assert main([*argv, "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["summary"]
+    shown = dict(zip(cols, row, strict=True))
+    for col, key in (("mean", "mean"), ("median", "p50"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99")):
+        assert float(shown[col].replace(",", "")) == pytest.approx(1000 * s[f"queueing_s_{key}"], rel=1e-3)
+    assert shown["std"] == "-"
+    assert shown["p99_9"] == "-"
+    assert s["queueing_s_p99"] > 0
