@@ -396,7 +396,7 @@ def test_a_replica_routed_no_request_has_no_hit_rate(capsys):
     head = next(i for i, line in enumerate(out) if line.startswith("== fleet: 4 replicas"))
     rows = [line.split() for line in out[head + 2 : head + 6]]
     assert [r[1] for r in rows] == ["1", "1", "0", "0"]
-    assert [r[3] for r in rows] == ["0.0", "0.0", "-", "-"]
+    assert [r[4] for r in rows] == ["0.0", "0.0", "-", "-"]
 
 
 def test_a_sweep_says_which_combinations_skip_invalid_left_out(capsys, tmp_path):

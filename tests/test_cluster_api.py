@@ -335,7 +335,8 @@ def test_cli_fleet_section_and_json(capsys):
     table = out.split("== fleet:", 1)[1].splitlines()
     assert table[1].split() == [
         "replica",
-        "requests",
+        "routed",
+        "finished",
         "req/s",
         "hit",
         "rate",

@@ -724,7 +724,7 @@ def test_kvsim_run_shows_each_pools_prefix_hits(capsys):
     assert "== fleet: 2 decode and 2 prefill replicas" in out
     rows = [x.split() for x in out.splitlines() if x.strip().startswith(("p0 ", "p1 "))]
     assert [(x[0], int(x[1])) for x in rows] == [("p0", pre[0]["requests"]), ("p1", pre[1]["requests"])]
-    assert [x[3] for x in rows] == [f"{100 * p['prefix_hit_rate']:.1f}" for p in pre]
+    assert [x[4] for x in rows] == [f"{100 * p['prefix_hit_rate']:.1f}" for p in pre]
 
 
 def _pd_notes(prefill_blocks: int | None = None, **over) -> tuple[list[str], object]:

@@ -18,7 +18,8 @@ The rate is changed by scaling the workload's arrivals (`kvsim.workloads.specs.a
 gamma arrivals at `arrival_rate` scaled by `r / arrival_rate` are the arrivals it draws at rate `r`
 (numpy draws exponential gaps as a standard draw times the scale). The rate of a workload is its
 generator's `arrival_rate` (divided by an earlier `time_scale`), else its mean rate `(n - 1) / (last -
-first arrival)`, the definition of `request_rate=`.
+first arrival)`, the definition of `request_rate=` (and arrivals rescaled by it have that mean as their rate,
+whatever generated them: `rate_basis`).
 
 The search: a bracket (from a start rate, double until a probe fails or halve until one passes, up to a
 cap), then bisection, in geometric steps, until the bracket's upper end is within `precision` of its
@@ -85,7 +86,8 @@ RATE_RANGE = 2.0**12  # the default cap and floor of a rate search: the start ra
 
 def workload_rate(workload: Any) -> float:
     """The request rate of a workload (module docstring): a generator's `arrival_rate` (over any
-    `time_scale` applied since), else `(n - 1) / (last - first arrival)`.
+    `time_scale` applied since), else `(n - 1) / (last - first arrival)` (`rate_basis` says which; arrivals
+    rescaled by `request_rate` to a mean give that mean).
 
     Raises:
         InvalidArgumentError: a workload whose requests all arrive at once, or of fewer than 2 requests
@@ -107,7 +109,7 @@ def workload_rate(workload: Any) -> float:
             "gamma or constant arrival process, or a trace)"
         )
     rate = meta.get("arrival_rate")
-    if rate is not None and meta.get("arrivals") in ("poisson", "gamma", "constant"):
+    if rate is not None and rate_basis(workload) == "arrival_rate":
         scale = meta.get("time_scale", 1.0)
         for key, value in (("arrival_rate", rate), ("time_scale", scale)):
             ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
@@ -118,6 +120,20 @@ def workload_rate(workload: Any) -> float:
                 )
         return float(rate) / float(scale)
     return arrival_rate(len(arrival), span)
+
+
+def rate_basis(workload: Any) -> str:
+    """What `workload_rate` reads: "arrival_rate", a generator's nominal Poisson, gamma or constant rate
+    (over any `time_scale`; a sample's own mean differs from it by chance), reproduced by `kvsim run
+    --workload NAME:arrival_rate=R`; else "mean", the arrivals' mean rate `(n - 1) / span` (a trace, a
+    selection of rows, arrivals rescaled by `request_rate`), reproduced by `kvsim run --request-rate R`."""
+    meta = getattr(workload, "meta", {}) or {}
+    generated = meta.get("arrivals") in ("poisson", "gamma", "constant")
+    return (
+        "arrival_rate"
+        if generated and meta.get("arrival_rate") is not None and "request_rate" not in meta
+        else "mean"
+    )
 
 
 def at_rate(

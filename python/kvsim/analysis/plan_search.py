@@ -313,6 +313,7 @@ class PlanResult:
     unservable: dict[str, int] = field(default_factory=dict)
     settled: dict[str, int] = field(default_factory=dict)
     floor_note: str = ""
+    value_words: str = ""  # (what the answer counts, after it: "decode replicas (+ 1 prefill; 5 GPUs)")
 
     @property
     def rate(self) -> float | None:
@@ -333,6 +334,22 @@ class PlanResult:
         the two ways an answer is not a steady state (`steady`)."""
         row = self._answer_row()
         return bool(row is not None and row.get("overloaded"))
+
+    @property
+    def servable_rate(self) -> float | None:
+        """The answer's rate (a rate search's answer, another's target rate) counts every arrival, those
+        set aside too (`unservable`); this is the rate of the rest, the requests judged: that rate times
+        their share of the requests (a probe's `completed` + `rejected`). None without a rate or counts."""
+        rate, total = self._rate_and_total()
+        if rate is None or not total:
+            return None
+        return float(rate) * (total - sum(self.unservable.values())) / total
+
+    def _rate_and_total(self) -> tuple[float | None, int]:
+        """The answer's rate (`servable_rate`) and its probe's requests (else the first probe's)."""
+        row = self._answer_row() or (self.probes.row(0, named=True) if self.probes.height else None) or {}
+        rate = self.value if self.axis == "rate" else row.get("rate")
+        return rate, (row.get("completed") or 0) + (row.get("rejected") or 0)
 
     @property
     def steady(self) -> bool | None:
@@ -616,6 +633,7 @@ class PlanResult:
         else:
             what = {
                 "converged": f"smallest {self.axis} meeting {slos}: {fhi}"
+                + (f" {self.value_words}" if self.value_words else "")
                 + (f" ({flo} fails)" if lo is not None else " (the smallest value probed)"),
                 "probe-limit": (
                     f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
@@ -648,6 +666,13 @@ class PlanResult:
                 f"; {fmt_count(aside, 'request')} set aside, rejected at every probe whatever the {self.axis} ({why}): "
                 "the SLOs are judged on the rest"
             )
+            if self.servable_rate is not None and self.servable_rate > 0:
+                rate, total = self._rate_and_total()
+                what += (
+                    f" ({self._fmt(rate) if self.axis == 'rate' else f'{rate:.4g} req/s'} counts all "
+                    f"{total:,} arrivals, those set aside too; the {total - aside:,} judged arrive at "
+                    f"{self.servable_rate:.4g} req/s)"
+                )
         if "refused" in self.probes.columns:
             refused = [r for r in self.probes["refused"].to_list() if r]
             if refused:
@@ -742,6 +767,7 @@ class PlanResult:
             ],
             "message": self.message,
             "unservable": dict(self.unservable),
+            "servable_rate": self.servable_rate,
             "settled": self.settled,
             "probes": self.probes.to_dicts(),
         }

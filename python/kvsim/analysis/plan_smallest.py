@@ -5,6 +5,7 @@ axis through the same `_search` (its module docstring says how, and what monoton
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -111,10 +112,26 @@ def smallest_replicas(
     own = replicas is set_replicas
     aside = unservable(workload, config, probe) if own else None
     settling = settling_reasons(config, probe, pool_varies=False) if own else frozenset()
-    return _search(
+    result = _search(
         search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config, r),
         unservable=aside, settling=settling,
     )  # fmt: skip
+    if own and result.value is not None:
+        result = dataclasses.replace(result, value_words=fleet_words(config, int(result.value)))
+    return result
+
+
+def fleet_words(config: Any, n: int) -> str:
+    """What `n` replicas of `config`'s fleet are, after the count: "decode replicas (+ 1 prefill; 5 GPUs)"
+    where a prefill pool stays fixed beside the searched decode replicas, else "replicas (8 GPUs)" (a
+    replica's GPUs: its tensor-parallel size, as `kvsim.analysis.plan_pd.gpus_per_replica`)."""
+    tp = getattr(config, "tensor_parallel_size", 1)
+    tp = tp if isinstance(tp, int) and tp >= 1 else 1
+    p = getattr(config, "prefill_replicas", 0) or 0
+    gpus = fmt_count((n + p) * tp, "GPU")
+    if p:
+        return f"decode replica{'s' * (n != 1)} (+ {p} prefill; {gpus})"
+    return f"replica{'s' * (n != 1)} ({gpus})"
 
 
 def smallest_memory(

@@ -468,7 +468,24 @@ def render_table(
             for m in metrics:
                 row = [serving.get(f"{c}_{m}_ms") for c in cols]
                 lines.append(f"  {m.upper():<8}" + "".join(f"{_num(v):>12}" for v in row))
+            if "queueing_s_mean" in summary:
+                lines += _queueing_row(summary, cols)
     return "\n".join(lines)
+
+
+def _queueing_row(summary: dict[str, Any], cols: Sequence[str]) -> list[str]:
+    """The latency table's QUEUEING row, first scheduled − arrival in ms, from the summary's `queueing_s_*`
+    (the figure `kvsim plan`'s `queueing_*` SLOs bound, which `vllm bench serve` does not report): its mean,
+    median and the p50, p90 and p99 the summary keeps ("-" for another column), and a line saying so."""
+    keys = {"mean": "queueing_s_mean", "median": "queueing_s_p50", "p50": "queueing_s_p50"}
+    keys |= {"p90": "queueing_s_p90", "p99": "queueing_s_p99"}
+    row = [summary.get(keys[c]) if c in keys else None for c in cols]
+    cells = "".join(f"{_num(None if v is None else 1000 * v):>12}" for v in row)
+    return [
+        f"  {'QUEUEING':<8}{cells}",
+        "  (QUEUEING: first scheduled - arrival, what kvsim plan's queueing_* SLOs bound; the summary keeps "
+        "its mean, p50, p90 and p99: --json's summary queueing_s_*)",
+    ]
 
 
 def render_groups(config: Any, summary: dict[str, Any]) -> str:

@@ -70,6 +70,38 @@ def data_parallel_notes(result: Any) -> list[str]:
     return out
 
 
+HERD_BATCH = 4  # (simultaneous arrivals a batch must hold for `herd_notes`; all to one of N by chance: N^-3)
+
+
+def herd_notes(result: Any) -> list[str]:
+    """`kvsim run`'s note where the `least-kv` router sent most batches of simultaneous arrivals (at least
+    `HERD_BATCH` requests at one instant: a trace's identical timestamps) each to one replica: it reads the
+    blocks a replica holds, which a request routed but not yet admitted does not hold, so a batch sees one KV
+    state and follows the least-used replica (DESIGN.md §Cluster, "Routers"). Said when a quarter or more of
+    such batches went whole to one replica (twice what chance gives: a batch of 4 on 2 replicas, 1/8); an
+    aggregated fleet only (a P/D fleet routes to decode later)."""
+    import polars as pl
+
+    s = result.summary
+    if result.router.name != "least-kv" or s.get("prefill_replicas") or s["replicas"] < 2:
+        return []
+    batches = (
+        result.requests.group_by("arrival")
+        .agg(n=pl.len(), k=pl.col("replica").n_unique())
+        .filter(pl.col("n") >= HERD_BATCH)
+    )
+    whole = batches.filter(pl.col("k") == 1)
+    if not batches.height or 4 * whole.height < batches.height:
+        return []
+    return [
+        f"least-kv sent {whole.height:,} of the {batches.height:,} batches of {HERD_BATCH} or more simultaneous "
+        f"arrivals each whole to one replica ({int(whole['n'].sum()):,} requests): it reads the KV blocks a "
+        "replica holds, which a request routed but not yet admitted does not hold yet, so a batch arriving at "
+        "one instant sees one KV state and follows the least-used replica (DESIGN.md §Cluster, Routers); "
+        "least-loaded counts the requests in flight"
+    ]
+
+
 def fleet_record(result: Any) -> dict[str, Any]:
     """A fleet run's own part of `kvsim run --json` (`fleet`): the router as run, the load imbalance,
     each replica's summary (DESIGN.md §Cluster), and with data parallelism what its replicas are
@@ -227,8 +259,8 @@ def render_pd(s: dict[str, Any]) -> str:
 
 
 def render_fleet(result: Any) -> str:
-    """The human fleet section: one line per replica (requests routed to it, its throughput, prefix hit
-    rate, TTFT p99 and preemptions) and the load imbalance."""
+    """The human fleet section: one line per replica (requests routed to it, those it finished, its
+    throughput, prefix hit rate, TTFT p99 and preemptions) and the load imbalance."""
     s = result.summary
     spec = result.router
     how = spec.name
@@ -244,7 +276,7 @@ def render_fleet(result: Any) -> str:
     else:
         which = f"{s['replicas']} {_replicas(s['replicas'])}"
     lines = [f"== fleet: {which}{_dp_phrase(result)}, router {how} =="]
-    head = ("replica", "requests", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
+    head = ("replica", "routed", "finished", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
     lines.append("  " + "".join(f"{h:>12}" for h in head))
     for i, r in enumerate(result.replicas):
         x = r.summary
@@ -252,6 +284,7 @@ def render_fleet(result: Any) -> str:
         cells = (
             str(i),
             f"{x['num_requests']:,}",
+            f"{x['completed']:,}",
             _num(x["throughput_rps"]),
             # (a replica that admitted no prompt has no hit rate: None, "-")
             _num(x["prefix_hit_rate"], "%"),
@@ -265,14 +298,16 @@ def render_fleet(result: Any) -> str:
                 f"p{i}",
                 f"{x['requests']:,}",
                 "-",
+                "-",
                 _num(x["prefix_hit_rate"], "%"),
                 "-",
                 f"{x['preemptions']:,}",
             )
             lines.append("  " + "".join(f"{c:>12}" for c in cells))
     lines.append(  # (rev48b #8: the column summed past the fleet's throughput, unexplained)
-        "  (req/s: each replica's finished requests over its own last finish, so they need not add up to the "
-        "fleet's, over the last finish of all)"
+        "  (routed: the requests routed to it, finished or rejected; req/s: its finished requests over its own "
+        "end, its last step's or a later arrival it rejected (--json's per_replica makespan_s), so they need not "
+        "add up to the fleet's, over the end of all)"
     )
     lines.append(
         f"  load imbalance (max / mean{' over the decode replicas' if prefill else ''}): work (computed tokens) {s['load_imbalance']:.3f}, requests "

@@ -13,6 +13,7 @@ from kvsim.analysis.plan_compare import RANKING
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, METRICS
 from kvsim.analysis.sweep import EXECUTORS
 from kvsim.cli.flags import METRICS_POINTER, FlagError, _Formatter, _knob_flags, add_run_inputs
+from kvsim.cli.plan_lines import rate_note, searched_fleet_line
 from kvsim.cli.refusals import Spelling, _given_at, _refuse_idle_swap, refuse_idle_at_every_point
 from kvsim.cli.run import _config_from_args, _float_flag, _int_flag, _workload_from_args, read_run_file
 from kvsim.errors import InvalidArgumentError
@@ -125,7 +126,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="instead of the highest rate: the cheapest prefill:decode split (prefill/decode "
         "disaggregation) that meets the SLOs at --rate, against the fewest aggregated replicas meeting them, "
-        "both with their goodput per GPU (kvsim.analysis.plan_pd.best_split; DESIGN.md §Capacity search)",
+        "both with --rate over their GPUs (req/s per GPU: the target rate each fleet serves within the SLOs, "
+        "not its own knee; kvsim.analysis.plan_pd.best_split; DESIGN.md §Capacity search)",
     )
     s.add_argument(
         "--max-gpus",
@@ -298,6 +300,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")
     slos = opts.pop("slos")
+    rates = rate_note(workload, info)
     ranking = None
     shown = None
     if args.split:
@@ -338,6 +341,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         out = {
             **_json_head(args, config, info, backend),
             **result.to_dict(),
+            "rate_basis": rates,
             "compare": None
             if ranking is None
             else {
@@ -368,18 +372,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         target = "probes scale its arrivals"
     print(f"workload: {info['name']}, {fmt_count(info['requests'], 'request')}; {target}")
+    print(rates["line"])
     # (the base config's pool; a search over memory, or candidates that cut it otherwise, probe others)
     varies = args.smallest in ("num_blocks", "kv_cache_bytes", "gpu_memory_utilization") or (
         args.compare is not None and _compare_cuts_the_pool(config, args.compare)
     )
     print(config.pool.line() + (" (the base config's: the probes vary it)" if varies else ""))
     print(config.time_line())
-    if args.smallest != "replicas" and config.prefill_replicas:  # the disaggregated fleet every probe runs
+    if args.smallest == "replicas":  # the fleet whose (decode) replicas are searched
+        print(searched_fleet_line(config))
+    elif config.prefill_replicas:  # the disaggregated fleet every probe runs
         print(
             f"fleet: {config.prefill_replicas} prefill : {config.replicas} decode replicas, router "
             f"{config.router} (pool: each replica's)"
         )
-    elif config.replicas > 1 and args.smallest != "replicas":  # the fleet every probe runs
+    elif config.replicas > 1:  # the fleet every probe runs
         print(f"fleet: {config.replicas} replicas, router {config.router} (pool: each replica's)")
     print()
     if ranking is not None:
@@ -567,6 +574,7 @@ def _split(
         out = {
             **_json_head(args, config, info, backend),
             **result.to_dict(),
+            "rate_basis": rate_note(workload, info),
             "notes": notes,
         }
         print(json.dumps(out, default=str, ensure_ascii=False))
@@ -574,6 +582,7 @@ def _split(
     print(
         f"workload: {info['name']}, {fmt_count(info['requests'], 'request')}; every probe at {result.rate:.4g} req/s"
     )
+    print(rate_note(workload, info)["line"])
     print(config.pool.line())
     print(config.time_line())
     # (each SLO's 95 % interval at the answer, as the rate search's table gives each probe's)

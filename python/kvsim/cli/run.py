@@ -22,7 +22,7 @@ from kvsim.analysis.run_report import (
     render_tier,
     run_notes,
 )
-from kvsim.analysis.run_report_fleet import data_parallel_notes, fleet_record, render_fleet
+from kvsim.analysis.run_report_fleet import data_parallel_notes, fleet_record, herd_notes, render_fleet
 from kvsim.analysis.sweep import (
     CONFIG_FIELDS,
     WORKLOADS,
@@ -628,6 +628,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     if fleet and several:  # (a fleet of DP ranks: what a replica is, and the groups they make)
         notes.extend(data_parallel_notes(result))
+        notes.extend(herd_notes(result))
     notes.extend(encoder_notes(config))
     prefill_cfg = getattr(args, "prefill_sim_config", None)
     for note in (block_size_note(config), backend_block_size_note(config)):

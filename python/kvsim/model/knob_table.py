@@ -617,7 +617,7 @@ KNOBS: dict[str, Knob] = {
         "round-robin",
         "choice",
         "fleet: the router picking each arrival's replica: round-robin, random (seeded), least-loaded "
-        "(waiting + running + in flight), least-kv (lowest KV utilisation), prefix-affinity (longest cached "
+        "(waiting + running + in flight), least-kv (lowest KV utilisation: blocks held, so requests routed but not yet admitted are unseen and a batch of simultaneous arrivals can all go to one replica), prefix-affinity (longest cached "
         "prefix under a load cap), weighted (prefix, queue and kv scorers)",
         choices=ROUTERS,
     ),

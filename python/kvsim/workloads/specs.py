@@ -9,7 +9,9 @@ Trace parameters (any workload, applied after it is built, in this order):
   arrivals shifted so that the window's first request arrives at 0);
 - `time_scale`: multiply every arrival time by it (0.5 replays the trace at twice the load);
 - `request_rate`: rescale arrivals so the mean rate is this many requests per second (the first
-  arrival stays at its time; exclusive with `time_scale`).
+  arrival stays at its time; exclusive with `time_scale`). The result's meta records it as `request_rate`
+  (kept true by a later `time_scale`): the arrivals' mean is then their rate, not a generator's nominal
+  `arrival_rate` (`kvsim.analysis.plan.workload_rate`).
 
 A user's own file (`kvsim run --workload path.csv`) is replayed from its first request (`rebase`).
 
@@ -252,6 +254,10 @@ def apply_trace_params(workload: Any, params: Mapping[str, Any], label: str) -> 
         cols["arrival"] = first + (cols["arrival"] - first) * factor
         # (scales compose: a rate read from the generator's `arrival_rate` divides by their product)
         meta = {**workload.meta, "time_scale": float(workload.meta.get("time_scale", 1.0)) * factor}
+        if "request_rate" in params:
+            meta["request_rate"] = float(params["request_rate"])
+        elif "request_rate" in meta:
+            meta["request_rate"] = float(meta["request_rate"]) / factor
         workload = Workload._from_owned(cols, meta, allow_foreign_outputs=workload.allow_foreign_outputs)
     return workload
 
