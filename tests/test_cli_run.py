@@ -1995,3 +1995,12 @@ def test_a_block_size_no_gpu_backend_takes_is_noted_with_a_model_on_a_gpu(capsys
         assert main(["run", "--model", "deepseek-v3", "--gpu", "h200", "-tp", "8", "--block-size", size,
                      "--requests", "2"]) == 0  # fmt: skip
         assert "starts no attention backend" not in capsys.readouterr().out
+    # A size a state layer raises to a multiple of 16 (qwen3-next: 8 -> 320) is served: no backend note,
+    # the raise's note; and a prefill pool that inherits the decode replicas' size is not told again.
+    assert main(["run", "--model", "qwen3-next-80b-a3b", "--gpu", "h100-80gb", "-tp", "4", "--block-size", "8",
+                 "--requests", "2"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "note: block size 8 raised to 320 tokens" in out and "starts no attention backend" not in out
+    assert main([*fleet, "--block-size", "8", "--prefill-config", "max_num_seqs=4"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: block size 8: {said}" in out and "prefill replicas' block size" not in out
