@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             measured = V.run_metrics(run.arrival, run.scheduled, run.first_token, run.finish, run.output_len)
             mask = (run.scheduled - run.queued) < 0.005
             for on in (False, True):
-                replayed = V.replay(run, cfg.replace(async_scheduling=on))
+                # (off: unset, vLLM's default deployment for sizing, as validate --sync-scheduling replays)
+                replayed = V.replay(run, cfg.replace(async_scheduling=True if on else None))
                 sim, arrival, first = replayed["metrics"], replayed["arrival"], replayed["first_token"]
                 errs = [100 * (sim[k] - measured[k]) / measured[k] for k, _ in METRICS]
                 gap = 1e3 * float(np.median(((first - arrival) - (run.first_token - run.arrival))[mask]))

@@ -72,6 +72,7 @@ def capacity_rows() -> pl.DataFrame:
     ratio, and vLLM's recorded figure."""
     import dataclasses
 
+    from kvsim.model.layer_types import in_flight_batches
     from kvsim.model.layers import kv_layout
 
     rows: list[dict[str, Any]] = []
@@ -84,7 +85,7 @@ def capacity_rows() -> pl.DataFrame:
         for i, ctx in enumerate(CONTEXTS):
             hybrid = kv_layout(m, BLOCK_SIZE, max_model_len=ctx, gpu_arch=ARCH)
             naive = kv_layout(full, BLOCK_SIZE, max_model_len=ctx, gpu_arch=ARCH)
-            in_flight = 2 * MAX_NUM_BATCHED_TOKENS
+            in_flight = in_flight_batches(None) * MAX_NUM_BATCHED_TOKENS  # (vLLM's default deployment)
             blocks_h, blocks_n = KV_BYTES // hybrid.bytes_per_block, KV_BYTES // naive.bytes_per_block
             ours = hybrid.max_concurrency(blocks_h, ctx, in_flight)
             naive_c = naive.max_concurrency(blocks_n, ctx, in_flight)

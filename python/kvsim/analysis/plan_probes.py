@@ -100,7 +100,7 @@ def pd_probe(
     """A fleet's probe: `kvsim.simulate_cluster(workload, config, prefill_replicas=P, ...).summary`
     (`config.replicas` decode replicas; P = 0: the aggregated fleet of `config.replicas` replicas), with
     `overloaded` and `steady` (`probe_summary`). `kvsim.analysis.plan_pd`'s searches' probe, here beside
-    the other probes so that `_aside` knows it without importing `plan_pd`."""
+    the other probes so that `unservable` knows it without importing `plan_pd`."""
     from kvsim.engine.cluster import simulate_cluster
 
     knobs: dict[str, Any] = {
