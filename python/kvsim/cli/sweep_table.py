@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kvsim.analysis.run_report import _GROUPS
+from kvsim.analysis.run_report import _GROUPS, _num
 from kvsim.analysis.sweep_stats import (
     aggregate,
     is_share,
@@ -79,13 +79,10 @@ def fmt_value(v: float, kind: str) -> str:
     """A point's value as the table prints it: `kind` "share" in percent to a tenth (run's `33.5 %`),
     "count" whole where it is whole (`159`), else to a tenth (a mean over seeds: `159.5`), other figures
     to four significant digits (run's `_num`: a tenth from 100 up)."""
-    if abs(v) < 1e-9:
-        v = 0.0  # (a float sum's rounding: 1e-14 is 0; -0.0 too)
-    if kind == "share":
-        return f"{100 * v:.1f}"
     if kind == "count":
+        v = 0.0 if abs(v) < 1e-9 else v  # (a float sum's rounding: 1e-14 is 0; -0.0 too)
         return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}"
-    return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}"
+    return _num(float(v), "%" if kind == "share" else "").removesuffix(" %")
 
 
 def cell(mean: float | None, ci: float | None, kind: str, n: int | None, n_seeds: int) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from kvsim.analysis.run_report_fleet import PD_KEYS
 from kvsim.arguments import as_int
 from kvsim.errors import InternalError, InvalidArgumentError
 from kvsim.lab.bundle_info import time_info
@@ -512,15 +513,7 @@ def timeline(name: str) -> dict[str, Any]:
     """The page's payload: the preset, the fleet's summary keys of P/D, and every instant's snapshot."""
     p = get(name)
     r = preset_run(name)
-    keys = (
-        "pd_disaggregated",
-        "pd_local_prefills",
-        "pd_transfers",
-        "pd_transfer_blocks",
-        "pd_transfer_bytes",
-        "pd_link_utilization",
-        "pd_link_bandwidth_utilization",
-    )
+    keys = [k for k in PD_KEYS if k.startswith("pd_")]  # (the disaggregation's and its link's)
     return {
         "preset": {"name": p.name, "title": p.title, "description": p.description},
         "presets": list(PD_PRESETS),
