@@ -889,12 +889,17 @@ def test_the_host_link_is_the_hosts_and_geforce_tensor_rates_accumulate_in_fp32(
 def test_a_rope_type_vllm_cannot_build_is_refused_by_name(rope, said, tmp_path, capsys):
     """vLLM 0.33.0's get_rope raises on a rope_type it has no class for (kvsim had counted such a cache as
     `max_position_embeddings` rows); the CLI says so in one line, exit 2."""
+    cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), "rope_scaling": rope}
+    _refused_in_one_line(cfg, said, tmp_path, capsys)
+
+
+def _refused_in_one_line(cfg, said, tmp_path, capsys):
+    """`cfg` is refused by `_from_dict` with `said`, and `kvsim run --model` of it in one line, exit 2."""
     from kvsim.cli import main
 
-    cfg = {**json.loads((HF / "llama-3-8b.json").read_text()), "rope_scaling": rope}
     with pytest.raises(InvalidArgumentError, match=re.escape(said)):
         hf_config._from_dict(cfg, "r", "r", "r", None)
-    path = tmp_path / "rope.json"
+    path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     assert main(["run", "--model", str(path), "--gpu", "h200", "--requests", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -956,14 +961,4 @@ def test_dynamic_ntk_and_telechat_yarn_rows_follow_vllm():
 def test_an_attention_free_architecture_is_refused_by_name(cfg, said, tmp_path, capsys):
     """An RWKV-7 config was refused as having no 'num_attention_heads': now by its architecture (vLLM 0.33.0's
     registry has no RWKV; kvsim models Mamba layers only beside attention), one line, exit 2."""
-    from kvsim.cli import main
-
-    cfg = {**cfg, "num_hidden_layers": 32, "vocab_size": 65536}
-    with pytest.raises(InvalidArgumentError, match=re.escape(said)):
-        hf_config._from_dict(cfg, "r", "r", "r", None)
-    path = tmp_path / "c.json"
-    path.write_text(json.dumps(cfg))
-    assert main(["run", "--model", str(path), "--gpu", "h200"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1
-    assert said in err[0]
+    _refused_in_one_line({**cfg, "num_hidden_layers": 32, "vocab_size": 65536}, said, tmp_path, capsys)
