@@ -285,7 +285,7 @@ def test_the_readme_sweep_note_is_what_its_command_prints(capsys, tmp_path):
 
     text = (ROOT / "README.md").read_text()
     m = re.search(
-        r"\$ (kvsim sweep --grid max_num_seqs=16,64 (?:[^\n]*\\\n)+[^\n]*)\n(?:[^\n]*\n)*?(note: [^\n]*)\n",
+        r"\$ (kvsim sweep --grid max_num_seqs=2,64 (?:[^\n]*\\\n)+[^\n]*)\n(?:[^\n]*\n)*?(note: not a steady [^\n]*)\n",
         text,
     )
     assert m, "the README's sweep note example"
