@@ -6,8 +6,6 @@ the TTFT split adds up; the links queue their transfers; what is not modelled is
 
 from __future__ import annotations
 
-import json
-
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -357,76 +355,6 @@ def test_a_prefill_config_that_cannot_serve_the_fleet_is_refused(prefill, args, 
         kvsim.simulate_cluster(synthetic(5), kvsim.SimConfig(num_blocks=60), prefill_config=prefill, **kw)
 
 
-# -- the command line ------------------------------------------------------------------------------------------------
-RUN = ["run", "--requests", "80", "--num-gpu-blocks-override", "300", "--block-size", "4"]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_kvsim_run_prints_the_split(capsys, backend):
-    import json
-
-    from kvsim.cli import main
-
-    argv = [
-        *RUN,
-        "--backend",
-        backend,
-        "--replicas",
-        "2",
-        "--prefill-replicas",
-        "1",
-        "--pd-link-ps-per-block",
-    ]
-    argv += ["1000000", "--pd-link-latency", "50us", "--router", "least-loaded"]
-    assert main(argv) == 0
-    out = capsys.readouterr().out
-    section = out.split("== disaggregation: 1 prefill : 2 decode replicas; ", 1)[1].splitlines()
-    assert [line.split()[0] for line in section[2:6]] == ["prefill", "prefill", "transfer", "decode"]
-    assert section[6].lstrip().startswith("transfers: ")
-    assert "link in use " in section[6]
-    assert "% of the run (latency included), bandwidth used " in section[6]
-    assert "busy time (busy / makespan): prefill replicas" in section[7]
-    assert "busy imbalance (busier / idler side): " in section[8]
-    assert main([*argv, "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    pd = data["fleet"]["disaggregation"]
-    assert pd["prefill_replicas"] == 1
-    assert pd["pd_transfers"] > 0
-    assert pd["ttft_transfer_p50_s"] >= 50e-6
-    assert data["summary"]["pd_transfers"] == pd["pd_transfers"]
-    assert main([*RUN, "--replicas", "2", "--json"]) == 0
-    assert "disaggregation" not in json.loads(capsys.readouterr().out)["fleet"]
-    # Every prompt under the threshold, prefilled on its decode replica: the split says its decode
-    # queueing is then the whole TTFT (queue and prefill), not a wait.
-    assert main([*argv, "--pd-threshold", "1000000"]) == 0
-    out = capsys.readouterr().out
-    assert "0 requests routed to a prefill replica, 80 prefilled locally" in out
-    assert "its decode queue+step part is its whole TTFT, its queue and its prefill" in out
-
-
-@pytest.mark.parametrize(
-    ("flags", "text"),
-    [
-        (["--prefill-replicas", "-1"], "argument --prefill-replicas: prefill_replicas -1"),
-        (["--prefill-replicas", "1"], "pd_link_ps_per_block is needed without a model"),
-        (["--pd-threshold", "x"], "argument --pd-threshold: pd_threshold_tokens 'x'"),
-        (["--pd-link-bandwidth", "0"], "argument --pd-link-bandwidth: pd_link_bandwidth 0"),
-        (["--pd-link-latency=-1ms"], "argument --pd-link-latency: pd_link_latency_s '-1ms'"),
-        (
-            ["--prefill-replicas", "1", "--pd-link-ps-per-block", "1", "--preemption-mode", "swap"],
-            "preemption 'swap'",
-        ),
-    ],
-)
-def test_kvsim_run_disaggregation_errors_are_one_line_exit_2(capsys, flags, text):
-    from kvsim.cli import main
-
-    assert main([*RUN, *flags]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert text in err[0], err[0]
-
-
 @pytest.mark.parametrize(
     ("router", "prefill_blocks"), [("least-loaded", None), ("prefix-affinity", None), ("least-loaded", 4)]
 )
@@ -484,66 +412,6 @@ def test_the_link_bandwidth_takes_a_unit():
     assert kvsim.SimConfig(num_blocks=100, pd_link_bandwidth="1e9").pd_link_bandwidth == 1e9
     with pytest.raises(InvalidArgumentError, match="pd_link_bandwidth 'fast' is not a bandwidth"):
         kvsim.SimConfig(num_blocks=100, pd_link_bandwidth="fast")
-
-
-def test_kvsim_run_gives_the_prefill_pool_its_own_config(capsys):
-    """`--prefill-config gpu=b200,...` sizes and prices the prefill pool as its own GPU (printed as
-    `prefill pool: ...`), and the run is `simulate_cluster(..., prefill_config=)` with that config; a bad
-    pair, an unknown knob, a knob both pools must share, and the flag without a prefill pool are one-line
-    errors naming the flag (exit 2)."""
-    from kvsim.cli import main
-    from kvsim.workloads.registry import make_workload, parse_workload
-
-    base = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "sharegpt:arrival_rate=12"]
-    base += ["--requests", "120", "--replicas", "2", "--prefill-replicas", "1", "--json"]
-    assert main([*base, "--prefill-config", "gpu=b200,max_num_batched_tokens=16384"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["prefill_pool"].startswith("pool: ")
-    assert "b200" in out["prefill_pool"]
-    assert "b200" in out["prefill_time"]
-    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", replicas=2, prefill_replicas=1)
-    pre = kvsim.SimConfig(model="llama-3.1-8b", gpu="b200", max_num_batched_tokens=16384)
-    w = make_workload(*parse_workload("sharegpt:arrival_rate=12"), 120, 0)  # the run's workload
-    want = kvsim.simulate_cluster(w, cfg, prefill_config=pre).summary
-    assert out["summary"]["ttft_prefill_p50_s"] == pytest.approx(want["ttft_prefill_p50_s"])
-    assert main(base) == 0
-    plain = json.loads(capsys.readouterr().out)
-    assert "prefill_pool" not in plain
-    assert (
-        plain["summary"]["ttft_prefill_p50_s"] > out["summary"]["ttft_prefill_p50_s"]
-    )  # a B200 prefills faster
-    for bad, says in (
-        ("gpu", "is not KNOB=VALUE"),
-        ("foo=1", "unknown SimConfig field 'foo'"),
-        ("max_model_len=1024", "max_model_len"),
-    ):
-        assert main([*base, "--prefill-config", bad]) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith("kvsim run: error: argument --prefill-config:")
-        assert says in err
-        assert "\n" not in err
-    no_pool = [a for a in base if a not in ("--prefill-replicas", "1")]
-    assert main([*no_pool, "--prefill-config", "gpu=b200"]) == 2
-    assert "no prefill pool" in capsys.readouterr().err
-    # One replica: refused too (it ran as an ordinary replica, printing a prefill pool it never had).
-    one = [a for a in no_pool if a not in ("--replicas", "2")]
-    assert main([*one, "--prefill-config", "gpu=b200"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("kvsim run: error: argument --prefill-config:")
-    assert "no prefill pool: give --prefill-replicas N" in err
-
-
-def test_kvsim_plan_refuses_a_prefill_config_it_would_not_use(capsys):
-    """The search runs every replica on the decode config: `--prefill-config` was parsed and ignored."""
-    from kvsim.cli import main
-
-    argv = ["plan", "--num-gpu-blocks-override", "64", "--requests", "30", "--slo", "ttft_p99:1s",
-            "--replicas", "2", "--prefill-replicas", "1", "--pd-link-ps-per-block", "10"]  # fmt: skip
-    for extra in ([], ["--split"]):
-        assert main([*argv, *extra, "--prefill-config", "num_blocks=2"]) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith("kvsim plan: error: argument --prefill-config: kvsim plan searches fleets")
-        assert "\n" not in err
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -696,85 +564,6 @@ def test_a_fleet_prefilling_every_request_locally_has_no_prefill_hit_rate():
     assert pd.summary["decode_prefix_hit_rate"] == agg.summary["prefix_hit_rate"]
 
 
-def test_kvsim_run_shows_each_pools_prefix_hits(capsys):
-    """The cache table labels each pool's rate and the fleet's; the fleet table has a row for each prefill
-    replica; `--json` carries the keys and each prefill replica's record."""
-    from kvsim.cli import main
-
-    argv = [*RUN, "--replicas", "2", "--prefill-replicas", "2", "--pd-link-ps-per-block", "1000"]
-    argv += ["--workload", "sharegpt:system_prompt_len=64,num_system_prompts=2", "--router", "round-robin"]
-    assert main([*argv, "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    s = data["summary"]
-    assert s["prefill_prefix_hit_rate"] > 0
-    pre = data["fleet"]["per_prefill_replica"]
-    assert sum(x["requests"] for x in pre) == s["pd_disaggregated"] == 80
-    assert sum(x["prefix_hit_tokens"] for x in pre) == s["prefill_prefix_hit_tokens"]
-    assert sum(x["prompt_tokens"] for x in pre) == s["prefill_prompt_tokens"]
-    assert data["fleet"]["disaggregation"]["decode_prefix_hit_rate"] == s["decode_prefix_hit_rate"]
-    assert main(argv) == 0
-    out = capsys.readouterr().out
-    for key, label in (
-        ("prefill_prefix_hit_rate", "prefix hit rate, prefill replicas"),
-        ("decode_prefix_hit_rate", "prefix hit rate, decode replicas"),
-        ("prefix_hit_rate", "prefix hit rate, both pools"),
-    ):
-        line = next(x for x in out.splitlines() if x.strip().startswith(label))
-        assert line.split()[-2] == f"{100 * s[key]:.1f}", line
-    assert "== fleet: 2 decode and 2 prefill replicas" in out
-    rows = [x.split() for x in out.splitlines() if x.strip().startswith(("p0 ", "p1 "))]
-    assert [(x[0], int(x[1])) for x in rows] == [("p0", pre[0]["requests"]), ("p1", pre[1]["requests"])]
-    assert [x[4] for x in rows] == [f"{100 * p['prefix_hit_rate']:.1f}" for p in pre]
-
-
-def _pd_notes(prefill_blocks: int | None = None, **over) -> tuple[list[str], object]:
-    from kvsim.analysis.run_report import run_notes
-    from kvsim.workloads.registry import make_workload
-
-    w = make_workload("sharegpt", {"arrival_rate": 12}, 300, 0)
-    cfg = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb", **over)
-    prefill = None if prefill_blocks is None else cfg.replace(num_blocks=prefill_blocks)
-    r = kvsim.simulate_cluster(
-        w, cfg, replicas=3, prefill_replicas=1, router="least-loaded", prefill_config=prefill
-    )
-    notes: list[str] = []
-    run_notes(r, w, {"name": "sharegpt"}, notes)
-    return [n for n in notes if n.startswith("not memory-bound")], r
-
-
-def test_the_not_memory_bound_note_judges_the_decode_replicas_by_their_own_queue():
-    """A P/D fleet's `queueing_s` runs from arrival to the decode replica's first step, the remote prefill
-    and the transfer in it: 12 requests/s of ShareGPT on 1 : 3 H100s queued p99 18.6 ms that way, and the
-    note said they waited for the token budget, where the decode batch averaged 6 sequences. It judges the
-    decode replicas by their own queue (from the hand-off, less the transfer) and names the remote parts."""
-    (note,), r = _pd_notes()
-    s, q = r.summary, r.requests.filter(r.requests["status"] == "finished")
-    wait = (q["first_scheduled"] - q["arrival"]).to_numpy()
-    for name in ("ttft_prefill_queue_s", "ttft_prefill_s", "ttft_transfer_s"):
-        wait = wait - q[name].to_numpy()
-    decode = float(np.percentile(np.maximum(wait, 0), 99))
-    # The whole queueing is over the note's 1 % of the median end-to-end latency (what made it blame the
-    # token budget); the decode replicas' own part is under it.
-    assert s["queueing_s_p99"] > 0.01 * s["e2e_s_p50"] > decode
-    assert f"barely queued on their decode replicas (p99 {1000 * decode:.1f} ms, from the hand-off" in note
-    assert "token budget" not in note
-    for part, key in (
-        ("prefill queueing", "ttft_prefill_queue"),
-        ("prefill", "ttft_prefill"),
-        ("transfer", "ttft_transfer"),
-    ):
-        assert f"{part} p99 {1000 * s[f'{key}_p99_s']:,.1f} ms" in note
-    # Decode replicas of 2 seats each: requests queue there, and the note says so, naming the seats.
-    (note,), r = _pd_notes(max_num_seqs=2)
-    assert "requests queued on their decode replicas (p99 " in note
-    assert "the batch reached max_num_seqs (2 sequences" in note
-    # A prefill pool of 100 blocks (1,600 tokens), where a long prompt's admission can wait for blocks:
-    # the memory knobs may change the answer, so no note says they cannot.
-    notes, r = _pd_notes(prefill_blocks=100)
-    assert notes == []
-    assert _pd_notes(prefill_blocks=400)[0]  # (400 blocks: calm again)
-
-
 def test_the_pd_links_default_is_the_gpus_nic():
     """Unset, a decode replica's inbound link is its GPU's NIC, the figure a collective past a host crosses
     too: B300's 800 Gb/s ConnectX-8 (100 GB/s each way) where an H200's is 400 Gb/s (50 GB/s), and 50 GB/s
@@ -795,25 +584,3 @@ def test_the_pd_links_default_is_the_gpus_nic():
     slow = kvsim.simulate_cluster(w, b300, replicas=1, prefill_replicas=1, pd_link_bandwidth=50e9)
     moved = fast.requests["ttft_transfer_s"].sum()
     assert 0 < moved < slow.requests["ttft_transfer_s"].sum()
-
-
-def test_kvsim_run_json_records_the_prefill_replicas_config(capsys):
-    """`--json` of a P/D fleet carried the prefill pool's lines only (and argv): now the prefill replicas'
-    whole config, read back by SimConfig.from_dict, their own with --prefill-config, else the decode's."""
-    from kvsim.cli import main
-    from kvsim.model.config import SimConfig
-
-    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--replicas", "1", "--prefill-replicas", "1",
-            "--requests", "8", "--json"]  # fmt: skip
-    assert main([*argv, "--prefill-config", "block_size=32,max_num_seqs=4"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    pre, dec = SimConfig.from_dict(data["prefill_config"]), SimConfig.from_dict(data["config"])
-    assert (pre.block_size, pre.max_num_seqs) == (32, 4)
-    assert (dec.block_size, dec.max_num_seqs) != (32, 4)
-    assert dec.block_size == 16
-    assert pre.model == dec.model == "llama-3.1-8b"
-    assert main(argv) == 0  # without --prefill-config: the decode replicas' config, theirs too
-    data = json.loads(capsys.readouterr().out)
-    assert data["prefill_config"] == data["config"]
-    assert main(["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "4", "--json"]) == 0
-    assert "prefill_config" not in json.loads(capsys.readouterr().out)  # (no prefill replicas)

@@ -1,12 +1,12 @@
-"""The part of capacity search (`kvsim.plan`, DESIGN.md §Capacity search) that runs no simulation: SLOs
-(what a probe is judged by), the bracket-and-bisection search over one axis (`Search`: which values to
+"""The part of capacity search (`kvsim.plan`, DESIGN.md §Capacity search) that runs no simulation: the
+bracket-and-bisection search over one axis (`Search`: which values to
 probe next, given the outcomes so far), and what a search returns (`PlanResult`: the answer, the bracket,
-every probe, the contradictions of monotonicity, a table, a plot)."""
+every probe, the contradictions of monotonicity, a table, a plot). The SLOs a probe is judged by, and their
+parsing (`parse_slos`, `check_precision`), are `kvsim.analysis.plan_slo`'s; this module re-exports them,
+their documented path."""
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,12 +16,11 @@ from typing import Any
 import polars as pl
 
 from kvsim.analysis.plan_sampling import fmt_interval, interval, sample_caveat, unsure_slos
-from kvsim.analysis.plan_slo import METRICS, SLO
+from kvsim.analysis.plan_slo import METRICS, SLO, check_precision, parse_slos
 from kvsim.analysis.steady_state import STEADY_SPANS, fmt_need, fmt_spans, steady_requests
-from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
-# --------------------------------------------------------------------------------------------- SLOs
+# ----------------------------------------------------------------------------------------- defaults
 
 DEFAULT_PRECISION = 0.02
 DEFAULT_MAX_PROBES = 40
@@ -43,123 +42,6 @@ def served_none(probes: pl.DataFrame) -> int | None:
     if ran.height == 0 or ran["completed"].fill_null(0).max() != 0 or ran["rejected"].min() == 0:
         return None
     return max(int(v) for v in ran["rejected"].to_list())
-
-
-def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
-    unit = METRICS[metric][1]
-    what = f"slo {metric}"
-    if unit == "fraction":
-        if isinstance(value, str):
-            t = value.strip()
-            try:
-                v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-            except ValueError:
-                raise InvalidArgumentError(f"{what} {value!r} is not a fraction (0.99 or 99%)") from None
-        elif isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise InvalidArgumentError(f"{what} {value!r} is not a fraction (0.99 or 99%)")
-        else:
-            v = _float(value)
-        if not (math.isfinite(v) and 0 < v <= 1):
-            raise InvalidArgumentError(f"{what} {_shown(value)} must be a fraction in (0, 1]")
-        return v
-    from kvsim.model.units import TIME_UNITS, parse_duration_ps
-
-    if isinstance(value, str) and text_needs_unit and not value.strip().rstrip("0123456789.eE+-_ "):
-        raise InvalidArgumentError(
-            f"{what} {value!r} needs a time unit ({value.strip()}s or {value.strip()}ms)"
-        )
-    if isinstance(value, str) and value.strip().lower().endswith("/token"):
-        value = value.strip()[: -len("/token")]
-    if isinstance(value, str):
-        seconds = parse_duration_ps(what, value, bare_unit="s") / TIME_UNITS["s"]
-    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidArgumentError(f"{what} {value!r} is not a duration (seconds, or text such as 100ms)")
-    else:
-        seconds = _float(value)
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise InvalidArgumentError(f"{what} {_shown(value)} must be a positive duration")
-    return seconds
-
-
-def _float(value: Any) -> float:
-    """`float(value)`, an int too large for a float being infinite (refused as not finite)."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
-
-
-def _shown(value: Any) -> str:
-    """`repr(value)`, an int too long to show in a message as its magnitude."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
-        return f"(an integer of {len(str(abs(value)))} digits)"
-    return repr(value)
-
-
-def parse_slos(slos: Mapping[str, Any] | Sequence[str | SLO] | str) -> tuple[SLO, ...]:
-    """SLOs from a mapping (`{"ttft_p99": 2.0, "tpot_p99": "100ms"}`: numbers in seconds, or text with a
-    unit) or from `METRIC:BOUND` texts (`["ttft_p99:2s", "tpot_p99:100ms", "goodput_fraction:0.99"]`,
-    the CLI's `--slo`, where a time bound needs its unit).
-
-    Raises:
-        InvalidArgumentError: no SLO, an unknown metric (the message lists them), a bound that is not a
-            positive duration or a fraction in (0, 1], a metric given twice.
-    """
-    pairs: list[tuple[str, Any, bool]] = []
-    if isinstance(slos, Mapping):
-        pairs = [(str(k), v, False) for k, v in slos.items()]
-    else:
-        if not isinstance(slos, str | Sequence):
-            raise InvalidArgumentError(
-                f"slos {slos!r} must be a mapping ({{'ttft_p99': 2.0}}) or METRIC:BOUND texts (ttft_p99:2s)"
-            )
-        items = [slos] if isinstance(slos, str) else list(slos)
-        for item in items:
-            if isinstance(item, SLO):  # already parsed (parse_slos' own output)
-                pairs.append((item.metric, item.bound, False))
-                continue
-            if not isinstance(item, str):
-                raise InvalidArgumentError(f"slo {item!r} is not METRIC:BOUND (ttft_p99:2s)")
-            for part in item.replace(",", " ").split():
-                name, colon, value = part.partition(":")
-                if not colon or not value.strip():
-                    raise InvalidArgumentError(f"slo {part!r} is not METRIC:BOUND (ttft_p99:2s)")
-                pairs.append((name.strip(), value.strip(), True))
-    if not pairs:
-        raise InvalidArgumentError(f"slos {slos!r} give no SLO (e.g. ttft_p99:2s)")
-    out: dict[str, SLO] = {}
-    for name, value, needs_unit in pairs:
-        if name not in METRICS:
-            raise InvalidArgumentError(f"slo metric {name!r} is not one of {', '.join(METRICS)}")
-        if name in out:
-            raise InvalidArgumentError(f"slo metric {name!r} given twice")
-        out[name] = SLO(name, _bound(name, value, needs_unit))
-    return tuple(out.values())
-
-
-def check_precision(precision: Any) -> float:
-    """A relative precision in (0, 1): a number (0.02) or a percentage text (`2%`).
-
-    Raises:
-        InvalidArgumentError: anything else.
-    """
-    v: Any = precision
-    if isinstance(precision, str):
-        t = precision.strip()
-        try:
-            v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-        except ValueError:
-            raise InvalidArgumentError(f"precision {precision!r} is not a number (0.02 or 2%)") from None
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        v = math.nan  # refused below
-    elif isinstance(v, numbers.Integral):
-        v = 1.0  # an int is never in (0, 1) (and one may be too large for a float)
-    v = float(v)
-    if not (math.isfinite(v) and 0 < v < 1):
-        raise InvalidArgumentError(
-            f"precision {_shown(precision)} must be a relative precision in (0, 1) (2%)"
-        )
-    return float(v)
 
 
 # ------------------------------------------------------------------------------------------- search
