@@ -162,8 +162,8 @@ PD_PARTS = (
     # prefill's whole TTFT: `render_pd` says so)
     ("decode queue+step", "ttft_decode"),
 )
-PD_KEYS = (
-    "prefill_replicas",
+# The disaggregation's counts and its link's figures (the lab's P/D page shows these).
+PD_LINK_KEYS = (
     "pd_disaggregated",
     "pd_local_prefills",
     "pd_transfers",
@@ -171,6 +171,10 @@ PD_KEYS = (
     "pd_transfer_bytes",
     "pd_link_utilization",
     "pd_link_bandwidth_utilization",
+)
+PD_KEYS = (
+    "prefill_replicas",
+    *PD_LINK_KEYS,
     "prefill_prefix_hit_tokens",
     "prefill_prompt_tokens",
     "prefill_prefix_hit_rate",

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.analysis.run_report_fleet import PD_KEYS
+from kvsim.analysis.run_report_fleet import PD_LINK_KEYS
 from kvsim.arguments import as_int
 from kvsim.errors import InternalError, InvalidArgumentError
 from kvsim.lab.bundle_info import time_info
@@ -513,11 +513,10 @@ def timeline(name: str) -> dict[str, Any]:
     """The page's payload: the preset, the fleet's summary keys of P/D, and every instant's snapshot."""
     p = get(name)
     r = preset_run(name)
-    keys = [k for k in PD_KEYS if k.startswith("pd_")]  # (the disaggregation's and its link's)
     return {
         "preset": {"name": p.name, "title": p.title, "description": p.description},
         "presets": list(PD_PRESETS),
-        "summary": {k: r.summary.get(k) for k in keys},
+        "summary": {k: r.summary.get(k) for k in PD_LINK_KEYS},
         "phases": list(PHASES),
         "opening": opening(r),
         # The replicas' clock (`"ticks"`: 1 ms a step, not a GPU's time; the link's figures are a link's).
