@@ -23,6 +23,9 @@ from tests.test_engine_differential import configs, workloads
 
 FLEET_KEYS = ("replicas", "router", "load_imbalance", "load_imbalance_requests")
 
+# The fleet table's header, split on spaces (`kvsim run`'s `render_fleet`).
+FLEET_COLUMNS = ["replica", "routed", "finished", "req/s", "hit", "rate", "TTFT", "p99", "ms", "preemptions"]
+
 
 def shared_prefix_workload(n: int = 60, seed: int = 3) -> Workload:
     """Requests that start with one of a few system prompts (so routers that read the cache differ)."""
@@ -333,18 +336,7 @@ def test_cli_fleet_section_and_json(capsys):
     out = capsys.readouterr().out
     assert "== fleet: 3 replicas, router prefix-affinity, view refreshed every 100 ms ==" in out
     table = out.split("== fleet:", 1)[1].splitlines()
-    assert table[1].split() == [
-        "replica",
-        "routed",
-        "finished",
-        "req/s",
-        "hit",
-        "rate",
-        "TTFT",
-        "p99",
-        "ms",
-        "preemptions",
-    ]
+    assert table[1].split() == FLEET_COLUMNS
     assert [line.split()[0] for line in table[2:5]] == ["0", "1", "2"]
     assert "load imbalance (max / mean)" in out
     assert main([*argv, "--json"]) == 0

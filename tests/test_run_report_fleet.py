@@ -13,6 +13,7 @@ import kvsim
 from kvsim.analysis.run_report_fleet import render_fleet
 from kvsim.cli import main
 from kvsim.workloads.registry import make_workload
+from tests.test_cluster_api import FLEET_COLUMNS
 
 
 @pytest.mark.parametrize("backend", ["rust", "reference"])
@@ -25,18 +26,7 @@ def test_fleet_table_counts_routed_and_finished_and_its_rate_is_over_the_replica
     r = kvsim.simulate_cluster(w, cfg, replicas=3, router="round-robin", backend=backend)
     text = render_fleet(r)
     lines = text.splitlines()
-    assert lines[1].split() == [
-        "replica",
-        "routed",
-        "finished",
-        "req/s",
-        "hit",
-        "rate",
-        "TTFT",
-        "p99",
-        "ms",
-        "preemptions",
-    ]
+    assert lines[1].split() == FLEET_COLUMNS
     assert "routed: the requests routed to it, finished or rejected" in text
     assert "a later arrival it rejected" in text
     later = 0

@@ -71,14 +71,19 @@ class SLO:
         return f"{self.metric} {'<=' if self.upper else '>='} {self.bound:g}{unit}"
 
 
+def _percent_or_number(text: str) -> float:
+    """`text` as a number, a percentage (`99%`) as its fraction; ValueError where it is neither."""
+    t = text.strip()
+    return float(t[:-1]) / 100 if t.endswith("%") else float(t)
+
+
 def _bound(metric: str, value: Any, text_needs_unit: bool) -> float:
     unit = METRICS[metric][1]
     what = f"slo {metric}"
     if unit == "fraction":
         if isinstance(value, str):
-            t = value.strip()
             try:
-                v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+                v = _percent_or_number(value)
             except ValueError:
                 raise InvalidArgumentError(f"{what} {value!r} is not a fraction (0.99 or 99%)") from None
         elif isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -171,9 +176,8 @@ def check_precision(precision: Any) -> float:
     """
     v: Any = precision
     if isinstance(precision, str):
-        t = precision.strip()
         try:
-            v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+            v = _percent_or_number(precision)
         except ValueError:
             raise InvalidArgumentError(f"precision {precision!r} is not a number (0.02 or 2%)") from None
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
