@@ -11,7 +11,7 @@ import pytest
 from kvsim.analysis.run_report import _GROUPS
 from kvsim.analysis.sweep_stats import is_share
 from kvsim.cli import main
-from kvsim.cli.sweep_table import cell, fmt_value, unit
+from kvsim.cli.sweep_table import byte_axis, cell, fmt_value, unit
 from tests.table_common import printed_header, printed_table
 
 SHOW = "kv_utilization,peak_allocated_fraction,preemptions,rejected,peak_batch,mean_batch,throughput_rps,e2e_s_p99"
@@ -146,3 +146,25 @@ def test_an_unset_or_boolean_axis_reads_as_the_notes_name_it(capsys, tmp_path):
     notes = " ".join(ln for ln in lines if ln.startswith("note: "))
     assert "async_scheduling=None" in notes  # (the too-short note names both points)
     assert "async_scheduling=False" in notes
+
+
+def test_a_byte_axis_reads_as_the_command_line_takes_it(capsys, tmp_path):
+    """`kv_cache_bytes` printed `4294967296` where `--grid kv_cache_bytes=4GiB` gave it: a byte axis reads in
+    binary units, and the table's values are the rows' (the pool each point built: 2 MiB blocks)."""
+    out = tmp_path / "bytes.parquet"
+    argv = ["sweep", "--base", "model=llama-3.1-8b", "--base", "gpu=h100-80gb", "--base", "max_model_len=8192",
+            "--grid", "kv_cache_bytes=4GiB,1.5GiB,3000000000", "--requests", "20", "--output", str(out),
+            "--no-progress", "--show", "throughput_rps"]  # fmt: skip
+    assert main(argv) == 0
+    names, rows = printed_table(capsys.readouterr().out.splitlines())
+    assert names[:2] == ["kv_cache_bytes", "num_blocks"]
+    assert [r[0] for r in rows] == ["4 GiB", "1.5 GiB", "2.79397 GiB"]
+    frame = pl.read_parquet(out)
+    assert frame["kv_cache_bytes"].to_list() == [4 << 30, 3 << 29, 3_000_000_000]  # (the rows stay raw)
+    assert [int(r[1]) for r in rows] == [4 << 30 >> 21, 3 << 29 >> 21, 3_000_000_000 >> 21]
+
+
+def test_byte_axis_values_that_would_print_alike_print_whole():
+    assert byte_axis([4 << 30, None, 512]) == ["4 GiB", "None", "512 B"]
+    close = [10**12, 10**12 + 1]  # (931.323 GiB both, to six figures)
+    assert byte_axis(close) == ["1,000,000,000,000 B", "1,000,000,000,001 B"]

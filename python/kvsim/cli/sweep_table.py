@@ -20,6 +20,7 @@ from kvsim.analysis.sweep_stats import (
     point_axes,
     workloads_named_once,
 )
+from kvsim.model.units import byte_unit
 
 VERDICTS = ("overloaded",)
 """Row columns that are a run's yes or no (`overloaded`: its queue grew through it, `kvsim run`'s note):
@@ -101,6 +102,23 @@ def cell(mean: float | None, ci: float | None, kind: str, n: int | None, n_seeds
     return text
 
 
+def byte_axis(values: Sequence[float | None]) -> list[str]:
+    """A byte-sized axis's values (`kv_cache_bytes`, `swap_space_bytes`, ...) as the command line takes them,
+    in the largest binary unit that keeps each at least 1, to six significant figures (`4 GiB`, `1.5 GiB`,
+    `512 B`; it printed `4294967296`), `None` where unset; each in whole bytes (`4,294,967,296 B`) where
+    two different values would print alike."""
+
+    def text(v: float) -> str:
+        shown = byte_unit(v)
+        return f"{v:,.0f} B" if shown is None else f"{shown[1]:.6g} {shown[0]}"
+
+    texts = [str(v) if v is None else text(v) for v in values]
+    named = {t: v for t, v in zip(texts, values, strict=True)}
+    if len(named) < len(set(values)):
+        return [str(v) if v is None else f"{v:,.0f} B" for v in values]
+    return texts
+
+
 def multi_gpu_transports(frame: Any) -> list[str]:
     """How a sweep's points on more than one GPU (tp · dp > 1) pass their collectives between GPUs
     (`SimConfig.collective_transport`, the rows' `collective_transport`), each once in the order met; none
@@ -139,7 +157,9 @@ def sweep_table(frame: Any, grid: Iterable[str], show: Sequence[str]) -> Any:
     for c in (
         axes
     ):  # (a yes-or-no or unset axis value as the notes name it: None, False; polars wrote null, false)
-        if agg[c].dtype == pl.Boolean or agg[c].null_count():
+        if c.endswith("_bytes") and agg[c].dtype.is_numeric():
+            cols[c] = pl.Series(c, byte_axis(agg[c].to_list()), dtype=pl.String)
+        elif agg[c].dtype == pl.Boolean or agg[c].null_count():
             cols[c] = pl.Series(c, [str(v) for v in agg[c].to_list()], dtype=pl.String)
     cols["n_seeds"] = agg["n_seeds"]
     seeds = agg["n_seeds"].to_list()
