@@ -14,6 +14,7 @@ import pytest
 from kvsim.analysis.sweep import (
     ResultStore,
     SweepSpec,
+    invalid_text,
     parse_grid_args,
     parse_workload,
     run_sweep,
@@ -137,6 +138,23 @@ def test_invalid_combinations_fail_before_any_work(tmp_path):
         ("vllm", "recompute"),
         ("vllm", "swap"),
     ]
+
+
+def test_combinations_refused_alike_share_their_reason_once():
+    """A grid of points refused for one reason wrote it once a point (four points, four copies of a
+    600-character reason, one line): each reason once, after the combinations it refuses."""
+    spec = tiny(grid=["preemption=recompute,swap", "num_blocks=100,120", "block_size=16,32"])
+    spec.base = {"time_model": "ticks", "cpu_blocks": 0}
+    bad = spec.invalid()
+    assert len(bad) == 4
+    assert len({reason for _, reason in bad}) == 1
+    text = invalid_text(bad)
+    assert text.count(bad[0][1]) == 1
+    assert text == " and ".join(combo for combo, _ in bad) + ": " + bad[0][1]
+    nine = [(f"c{i}", f"reason {i}") for i in range(9)] + [("c9", "reason 0")]
+    text = invalid_text(nine)
+    assert text.startswith("c0 and c9: reason 0; c1: reason 1; ")
+    assert text.endswith("c7: reason 7; ... and 1 more reasons")
 
 
 def test_bad_workloads_and_options_fail_before_any_work():

@@ -36,7 +36,6 @@ import hashlib
 import json
 import os
 import time
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,16 @@ from typing import Any
 import polars as pl
 
 from kvsim.analysis.executors import EXECUTORS, check_executor, executor_session, progress_bar
+from kvsim.analysis.sweep_grid import (
+    LIST_VALUED,
+    check_grid,
+    coerce,
+    parse_grid_args,
+    read_toml,
+    toml_int,
+    toml_value,
+    value_separator,
+)
 from kvsim.analysis.sweep_revisions import knob_revisions, legacy_identities, stale_rows
 from kvsim.analysis.sweep_stats import (
     CONFIG_FIELDS,
@@ -57,13 +66,12 @@ from kvsim.analysis.sweep_stats import (
 )
 from kvsim.analysis.sweep_store import ResultStore, check_output, rows_frame
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.config import CLUSTER_KNOBS, KNOBS, PAPER_SETUP, SimConfig, convert
+from kvsim.model.config import CLUSTER_KNOBS, KNOBS, PAPER_SETUP, SimConfig
 from kvsim.model.units import fmt_count
 from kvsim.workloads.registry import (
     WORKLOAD_CACHE,
     WORKLOADS,
     format_value,
-    literal,
     make_workload,
     parse_workload,
     synthetic_kwargs,
@@ -78,70 +86,6 @@ DEFAULT_BASE: dict[str, Any] = dict(PAPER_SETUP)
 
 # One line per SimConfig field: the help of `kvsim run --<field>` and of `--grid` (from kvsim.model.config.KNOBS).
 FIELD_HELP: dict[str, str] = {name: knob.help for name, knob in KNOBS.items() if name != "extra"}
-
-
-# ------------------------------------------------------------------------------------------- values
-
-
-def _field_kind(name: str) -> str:
-    """The value kind of a SimConfig field (`kvsim.model.config.KNOBS`): int, float, bool, choice, bytes, ..."""
-    return KNOBS[name].kind
-
-
-def _none_text(name: str, text: str) -> Any:
-    """The text `none` / `null` given for SimConfig field `name` (flags are text, TOML has no null): the
-    choice `none` where the field has one (`admission_gate`), None for an optional field (unset: its
-    default); refused for any other field, `model` and `gpu` included (their help documents no `none`:
-    leave them out instead).
-
-    Raises:
-        InvalidArgumentError: the message starts with the field's name.
-    """
-    knob = KNOBS[name]
-    if knob.kind == "choice" and text.lower() in knob.choices:
-        return convert(name, text)  # the choice, spelled as it is (`None` is no choice: refused)
-    if knob.optional:
-        return None
-    raise InvalidArgumentError(
-        f"{name} {text!r}: 'none' unsets only an optional field, and {name} is not one (leave it out for "
-        "its default)"
-    )
-
-
-def coerce(name: str, value: Any) -> Any:
-    """`value` (flag text or a TOML value) converted to SimConfig field `name` by the field's own rule
-    (`kvsim.model.config.convert`: sizes and durations take units, `12GiB`, `5ms`; `none` unsets an optional
-    field (`_none_text`); `true`/`false` for switches).
-
-    Raises:
-        InvalidArgumentError: a value the field does not take; the message starts with the field's name.
-    """
-    kind = _field_kind(name)
-    v = value
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lower() in ("none", "null"):
-            return _none_text(name, text)
-        # choices, names and paths as written; sizes and durations parse their own units
-        try:
-            v = literal(text) if kind in ("int", "float", "bool") else text
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"{name} {exc}") from None
-    return convert(name, v)
-
-
-def toml_value(name: str, value: Any) -> Any:
-    """A run file's TOML value for SimConfig field `name`, by SimConfig's own rule (`convert`): a string
-    only where the field takes one (sizes and durations with units, `12GiB`, `5ms`; choices, names,
-    paths), so `num_blocks = "400"` is refused as `SimConfig(num_blocks="400")` is; `"none"` unsets an
-    optional field (TOML has no null; `_none_text`). Flag text, which is all strings, goes through `coerce`.
-
-    Raises:
-        InvalidArgumentError: a value the field does not take; the message starts with the field's name.
-    """
-    if isinstance(value, str) and value.strip().lower() in ("none", "null"):
-        return _none_text(name, value.strip())
-    return convert(name, value)
 
 
 # -------------------------------------------------------------------------------------------- points
@@ -316,117 +260,6 @@ def _plain(v: Any) -> Any:
     return format_value(v) if isinstance(v, tuple | list) else v
 
 
-# ---------------------------------------------------------------------------------------------- grid
-
-
-# Fields whose one value is itself a comma-separated list (`prefix=3,queue=1`): `--grid` and `kvsim plan
-# --compare` take their candidates apart with ';' instead of ','.
-LIST_VALUED = ("router_weights",)
-
-
-def value_separator(name: str) -> str:
-    """The separator between the candidate values of `name` on a command line: ';' for `LIST_VALUED`
-    fields, else ','."""
-    return ";" if name in LIST_VALUED else ","
-
-
-def parse_grid_args(items: Sequence[str]) -> dict[str, list[Any]]:
-    """`["block_size=8,16", "policy=vllm,orca-max"]` -> `{"block_size": [8, 16], "policy": [...]}`;
-    `router_weights=prefix=3,queue=1;queue=1` -> two weightings (`LIST_VALUED` fields split on ';').
-
-    Raises:
-        InvalidArgumentError: a missing `=`, an unknown or repeated name, an empty or repeated value.
-    """
-    grid: dict[str, list[Any]] = {}
-    for item in items:
-        name, eq, values = item.partition("=")
-        name = name.strip()
-        if not eq:
-            raise InvalidArgumentError(f"--grid {item!r}: expected NAME=V1,V2,...")
-        if name in grid:
-            raise InvalidArgumentError(f"--grid {name} given twice; list all its values once")
-        raw = values.split(value_separator(name))
-        if not values.strip() or any(not v.strip() for v in raw):
-            raise InvalidArgumentError(f"--grid {name}: empty value in {values!r}")
-        grid[name] = list(raw)
-    return check_grid(grid)
-
-
-def check_grid(grid: Mapping[str, Sequence[Any]], *, toml: bool = False) -> dict[str, list[Any]]:
-    """Validates names and converts values to their field types: flag text and the API's values by
-    `coerce`'s rule, a sweep file's `[grid]` (`toml=True`) by a run file's (`toml_value`: no `"400"` for
-    an integer field; a workload parameter's value as written, no text parsing). A 1-D numpy array is its
-    list of values.
-
-    Raises:
-        InvalidArgumentError: an unknown name, an empty value list, a repeated value or a wrong type.
-    """
-    out: dict[str, list[Any]] = {}
-    label = "[grid]" if toml else "--grid"
-    for name, values in grid.items():
-        if getattr(values, "ndim", None) == 1 and hasattr(values, "tolist"):  # a numpy array of values
-            values = values.tolist()
-        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-            values = [values]
-        if len(values) == 0:
-            raise InvalidArgumentError(f"grid parameter {name} has no values")
-        if name.startswith(WORKLOAD_PREFIX):
-            key = name[len(WORKLOAD_PREFIX) :]
-            if not key:
-                raise InvalidArgumentError(f"grid parameter {name!r} names no workload parameter")
-            from kvsim.workloads.specs import check_param
-
-            try:
-                literals = [literal(v) if isinstance(v, str) and not toml else v for v in values]
-            except InvalidArgumentError as exc:
-                raise InvalidArgumentError(f"{label} {name}: {key} {exc}") from None
-            conv = [check_param(f"{label} {name}", key, v, synthetic=True) for v in literals]
-        elif name in CONFIG_FIELDS:
-            try:
-                conv = [toml_value(name, v) if toml else coerce(name, v) for v in values]
-            except InvalidArgumentError as exc:
-                raise InvalidArgumentError(f"{label} {name}: {exc}") from None
-        else:
-            raise unknown_name(name, [*CONFIG_FIELDS, "workload.<synthetic parameter>"], "grid parameter")
-        seen = [json.dumps(v, default=str) for v in conv]
-        if len(set(seen)) != len(seen):
-            raise InvalidArgumentError(f"grid parameter {name} repeats a value: {list(values)}")
-        out[name] = conv
-    return out
-
-
-def read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
-    """The table of TOML file `path` (`kvsim run --toml`'s run file, `kvsim sweep --file`'s sweep file).
-
-    Raises:
-        InvalidArgumentError: `"<what> <path>: ..."` for a missing, unreadable, non-UTF-8 or malformed file.
-    """
-    p = Path(path)
-    try:
-        return tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise InvalidArgumentError(f"{what} {p} does not exist") from None
-    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not TOML, a NUL in the path
-        raise InvalidArgumentError(f"{what} {p}: {exc}") from None
-
-
-def toml_int(where: str, data: Mapping[str, Any], key: str, default: int, lo: int) -> int:
-    """Whole number `key` of a TOML file's table (`default` when absent), between `lo` and 2**40: a
-    float, a bool or a string is refused, not truncated or taken as 1 (the bounds of the flags).
-
-    Raises:
-        InvalidArgumentError: `"<where>: <key> <value> must be ..."`.
-    """
-    if key not in data:
-        return default
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"{where}: {key} {value!r} must be a whole number >= {lo}")
-    if not lo <= value <= 1 << 40:
-        raise InvalidArgumentError(f"{where}: {key} {value} must be between {lo} and 2**40")
-    return value
-
-
 @dataclass
 class SweepSpec:
     """Everything a sweep needs; build it with `SweepSpec.from_toml` or keywords, then `points()`.
@@ -519,11 +352,12 @@ class SweepSpec:
         """
         return self._expand(skip_invalid)[0]
 
-    def invalid(self) -> list[str]:
-        """The grid's invalid combinations, each with why (those `points(skip_invalid=True)` leaves out)."""
+    def invalid(self) -> list[tuple[str, str]]:
+        """The grid's invalid combinations, each with why (those `points(skip_invalid=True)` leaves out), as
+        (the combination, the reason); `invalid_text` writes them."""
         return self._expand(True)[1]
 
-    def _expand(self, skip_invalid: bool) -> tuple[list[Point], list[str]]:
+    def _expand(self, skip_invalid: bool) -> tuple[list[Point], list[tuple[str, str]]]:
         """`points` and the invalid combinations it left out (raising for them unless `skip_invalid`)."""
         from kvsim.workloads.specs import plain_number
 
@@ -581,7 +415,7 @@ class SweepSpec:
         for n in names:
             combos = [{**c, n: v} for c in combos for v in grid[n]]
         points: list[Point] = []
-        bad: list[str] = []
+        bad: list[tuple[str, str]] = []
         config_ok: dict[str, bool] = {}
         for (wname, wparams), _label in zip(parsed, labels, strict=True):
             seed_range = range(seeds) if WORKLOADS[wname].seeded else range(1)
@@ -602,21 +436,32 @@ class SweepSpec:
                         config_ok[key] = True
                     except (InvalidArgumentError, TypeError, ValueError) as exc:
                         config_ok[key] = False
-                        bad.append(f"{combo or cfg}: {exc}")
+                        bad.append((str(combo or cfg), str(exc)))
                 if not config_ok[key]:
                     continue
                 for seed in seed_range:
                     points.append(Point(cfg, wname, wp, seed, requests, self.backend, combo, slos))
         if bad and not skip_invalid:
             # (one line, as every CLI error: `kvsim sweep` prints it as it is)
-            shown = "; ".join(bad[:8]) + (f"; ... and {len(bad) - 8} more" if len(bad) > 8 else "")
             raise InvalidArgumentError(
                 f"{fmt_count(len(bad), 'invalid grid combination')} (split the grid, or skip them with --skip-invalid): "
-                f"{shown}"
+                f"{invalid_text(bad)}"
             )
         if not points:
             raise InvalidArgumentError("the grid has no valid points")
         return points, bad
+
+
+def invalid_text(bad: Sequence[tuple[str, str]], most: int = 8) -> str:
+    """A grid's invalid combinations (`SweepSpec.invalid`) on one line: the combinations refused for the same
+    reason listed together before it once (a grid of 4 points refused alike wrote its 600-character reason 4
+    times), the first `most` reasons and how many more."""
+    by_reason: dict[str, list[str]] = {}
+    for combo, reason in bad:
+        by_reason.setdefault(reason, []).append(combo)
+    parts = [f"{' and '.join(combos)}: {reason}" for reason, combos in by_reason.items()]
+    more = len(parts) - most
+    return "; ".join(parts[:most]) + (f"; ... and {more} more reasons" if more > 0 else "")
 
 
 def _check_synthetic(name: str, params: Mapping[str, Any], grid: Mapping[str, Sequence[Any]]) -> None:
@@ -767,6 +612,7 @@ __all__ = [
     "DEFAULT_BASE",
     "EXECUTORS",
     "FIELD_HELP",
+    "LIST_VALUED",
     "SLO_COLUMN",
     "WORKLOADS",
     "Point",
@@ -779,6 +625,7 @@ __all__ = [
     "coerce",
     "execute",
     "executor_session",
+    "invalid_text",
     "make_workload",
     "metric_columns",
     "parameter_columns",
@@ -792,5 +639,7 @@ __all__ = [
     "simulate_point",
     "t_quantile_975",
     "toml_int",
+    "toml_value",
+    "value_separator",
     "workload_label",
 ]

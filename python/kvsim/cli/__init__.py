@@ -26,6 +26,7 @@ from kvsim.analysis.sweep import (
     SweepSpec,
     check_output,
     coerce,
+    invalid_text,
     make_workload,
     parse_grid_args,
     run_sweep,
@@ -558,9 +559,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.skip_invalid:
         bad = spec.invalid()
         if bad:  # (what --skip-invalid left out, and why: it said nothing)
-            shown = "; ".join(bad[:8]) + (f"; ... and {len(bad) - 8} more" if len(bad) > 8 else "")
             print(
-                f"note: {fmt_count(len(bad), 'invalid grid combination')} skipped (--skip-invalid): {shown}"
+                f"note: {fmt_count(len(bad), 'invalid grid combination')} skipped (--skip-invalid): "
+                f"{invalid_text(bad)}"
             )
     if show and outcome.frame.height:
         import polars as pl

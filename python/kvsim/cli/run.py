@@ -2,7 +2,7 @@
 reports it, with the pool line and notes. Its flags come from `kvsim.model.config.KNOBS`: vLLM's spelling first
 (`--num-gpu-blocks-override`, `--kv-cache-memory-bytes`, `--enable-prefix-caching` /
 `--no-enable-prefix-caching`, `-tp`, ...), kvsim's own kept as aliases; values are text converted by
-the knob's own rule (`kvsim.analysis.sweep.coerce`, units included), so an error names the flag as typed.
+the knob's own rule (`kvsim.analysis.sweep_grid.coerce`, units included), so an error names the flag as typed.
 The flags and `--help` are `kvsim.cli.flags`'; the `kvsim` parser and the other subcommands live in
 `kvsim.cli`; the human table and the notes in `kvsim.analysis.run_report`.
 """
