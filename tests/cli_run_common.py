@@ -1,0 +1,23 @@
+"""What the `kvsim run` command-line tests share (tests/test_cli_run*.py): a small run's flags and the two
+ways a command is run: for its `--json` result, or as a bad command (exit status 2, one line on stderr)."""
+
+from __future__ import annotations
+
+import json
+
+from kvsim.cli import main
+
+SMALL = ["run", "--requests", "60", "--num-gpu-blocks-override", "200"]
+
+
+def _json(capsys, argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _error(capsys, argv):
+    """Runs a bad command: exit status 2, one line on stderr, which is returned."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]

@@ -1,0 +1,857 @@
+"""`kvsim run`'s input validation and refusals (split from tests/test_cli_run.py): files of no requests, absurd
+arrivals, unreadable calibrations, run-file strings; a knob or flag a run does not read refused by name, not
+ignored; plan's and sweep's alike; what the config line and notes say of the pool."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import warnings
+
+import polars as pl
+import pytest
+
+import kvsim
+from kvsim.cli import main
+from tests.cli_run_common import SMALL, _error, _json
+
+
+# -- input validation: files of no requests, absurd arrivals, unreadable calibrations, run-file strings ---------
+@pytest.mark.parametrize(
+    ("name", "text", "extra", "said"),
+    [
+        ("empty.jsonl", "", [], "line 1, field 'arrival': the file has no rows"),
+        ("blank.jsonl", "\n\n", [], "line 1, field 'arrival': the file has no rows"),
+        (
+            "header.csv",
+            "t,prompt_len,output_len\n",
+            ["--trace-columns", "arrival=t"],
+            "field 't': the file has no rows",
+        ),
+        (
+            "dup.csv",
+            "arrival,prompt_len,output_len,arrival\n0,2,3,1\n",
+            [],
+            "column 'arrival' appears more than once",
+        ),
+    ],
+)
+def test_a_trace_file_of_no_requests_is_one_line(capsys, tmp_path, name, text, extra, said):
+    """It ran as "0 requests" (exit 0); a repeated CSV column silently took the first."""
+    path = tmp_path / name
+    path.write_text(text)
+    line = _error(capsys, ["run", "--num-gpu-blocks-override", "200", "--workload", str(path), *extra])
+    assert line.startswith(f"kvsim run: error: {path}, line 1, field "), line
+    assert line.endswith(said), line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--workload", "sharegpt:time_scale=1e300"],
+        ["--request-rate", "1e-300"],
+    ],
+)
+def test_arrivals_past_the_clock_are_one_line_without_warnings(argv):
+    """numpy printed `RuntimeWarning: overflow encountered in scalar multiply` before the error."""
+    code = "import sys; from kvsim.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-c",
+            code,
+            "run",
+            "--requests",
+            "5",
+            "--num-gpu-blocks-override",
+            "200",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "past the simulated clock's range" in lines[0]
+
+
+def test_an_arrival_past_the_clock_is_refused_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w = kvsim.Workload(arrival=[0.0, 1e300, 1e308], prompt_len=[4, 4, 4], output_len=[2, 2, 2])
+        with pytest.raises(kvsim.InvalidArgumentError, match=r"row 2: arrival 1e\+308 s is past"):
+            kvsim.simulate(w, kvsim.SimConfig(num_blocks=100))
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (
+            b"\x7fELF\xff\xfe" + bytes(range(256)) * 4,
+            "not UTF-8 text, so not a calibration JSON (byte 4: ff fe 00 01",
+        ),
+        (b'{"a": 1,,}', "not JSON (Expecting property name enclosed in double quotes at line 1 column 9"),
+        (b"[1, 2]", "not a calibration file (a JSON list, not an object)"),
+    ],
+)
+def test_a_calibration_that_is_not_json_is_a_short_line(capsys, tmp_path, data, said):
+    """A binary file's repr (hundreds of bytes) was printed in the error."""
+    path = tmp_path / "cal.json"
+    path.write_bytes(data)
+    line = _error(capsys, [*SMALL, "--calibration", str(path)])
+    assert line.startswith(f"kvsim run: error: argument --calibration: calibration {str(path)!r}: {said}"), (
+        line
+    )
+    assert len(line) < 200 + len(str(path)), line
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("num_blocks", '"400"', "num_blocks '400' must be an integer, not a string"),
+        ("gpu_memory_utilization", '"0.9"', "gpu_memory_utilization '0.9' must be a number"),
+        (
+            "enable_prefix_caching",
+            '"false"',
+            "enable_prefix_caching 'false' must be True or False (in a TOML file true or false, unquoted; on "
+            "the command line true or false)",
+        ),
+    ],
+)
+def test_a_run_file_string_for_a_number_is_refused_as_simconfig_does(capsys, tmp_path, key, value, said):
+    """`num_blocks = "400"` ran although `SimConfig(num_blocks="400")` is refused."""
+    path = tmp_path / "run.toml"
+    base = "" if key == "num_blocks" else "num_blocks = 300\n"
+    path.write_text(f"requests = 5\n[config]\n{base}{key} = {value}\n")
+    line = _error(capsys, ["run", "--toml", str(path)])
+    assert line == f"kvsim run: error: run file {path}: [config] {said}", line
+    with pytest.raises(kvsim.InvalidArgumentError, match=re.escape(said.split(" must")[0])):
+        kvsim.SimConfig(**{"num_blocks": 300, key: value.strip('"')})
+
+
+def test_a_run_file_keeps_units_and_none(capsys, tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(
+        'requests = 5\n[config]\nnum_blocks = 300\niteration_time_ps = "2ms"\nmax_model_len = "none"\n'
+    )
+    data = _json(capsys, ["run", "--toml", str(path)])
+    assert data["config"]["iteration_time_ps"] == "2 ms"
+
+
+@pytest.mark.parametrize(
+    ("flags", "text"),
+    [
+        (["--workload", "sharegpt:arrivals=poisson,burstiness=3"], "argument --workload: workload "),
+        (["--workload", "sharegpt:arrivals=all-at-once,arrival_rate=3"], "arrival_rate does nothing"),
+        (
+            ["--workload", "sharegpt", "--trace-time-unit", "ms"],
+            "argument --trace-time-unit: applies to a file",
+        ),
+        (
+            ["--workload", "sharegpt:start=2", "--rows", "0:5"],
+            "argument --rows: workload 'sharegpt:start=2' sets start=2 too",
+        ),
+        (
+            ["--workload", "sharegpt:request_rate=3", "--request-rate", "5"],
+            "argument --request-rate: workload 'sharegpt:request_rate=3' sets request_rate=3.0 too",
+        ),
+        (
+            ["--workload", "sharegpt:time_scale=3", "--time-scale", "2"],
+            "argument --time-scale: workload 'sharegpt:time_scale=3' sets time_scale=3.0 too",
+        ),
+        (["--model", "llama-3-8b", "--gpu", "h100-80gb", "-dp", "2"], "argument -dp: data_parallel_size 2"),
+        (["--model", "llama-3-8b", "--gpu", "h100-80gb", "-ep"], "argument -ep: enable_expert_parallel"),
+    ],
+)
+def test_ignored_or_conflicting_workload_and_parallel_flags_are_one_line(capsys, flags, text):
+    argv = [*SMALL, *flags]
+    if "--model" in flags:
+        argv.remove("--num-gpu-blocks-override")
+        argv.remove("200")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert text in err[0], err[0]
+
+
+def test_trace_time_unit_still_reads_a_file(tmp_path, capsys):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival,prompt_len,output_len\n0,10,5\n500,12,4\n")
+    assert main([*SMALL, "--workload", str(f), "--trace-time-unit", "ms", "--json"]) == 0
+    assert main([*SMALL, "--workload", "sharegpt", "--rows", "2:9", "--time-scale", "2"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("model", "none"), ("gpu", "null"), ("iteration_time_ps", "none"), ("policy", "None")],
+)
+def test_none_unsets_only_an_optional_field(capsys, tmp_path, key, value):
+    """`"none"` (TOML has no null; flags are text) unsets an optional field. For `model` and `gpu`, whose
+    help documents no `none`, it was taken as no model / no GPU; for a required field it said `None must
+    be given`: both refused naming the key, from a run file and from the flag."""
+    said = f"{key} {value!r}: 'none' unsets only an optional field, and {key} is not one"
+    path = tmp_path / "run.toml"
+    path.write_text(f'requests = 5\n[config]\nnum_blocks = 300\n{key} = "{value}"\n')
+    line = _error(capsys, ["run", "--toml", str(path)])
+    assert line.startswith(f"kvsim run: error: run file {path}: [config] {said}"), line
+    flag = "--" + key.replace("_", "-")
+    line = _error(capsys, [*SMALL, flag, value])
+    assert line.startswith(f"kvsim run: error: argument {flag}: {said}"), line
+
+
+def test_the_choice_none_is_a_choice_not_unset(capsys, tmp_path):
+    """`admission_gate`'s choice `none` (older vLLM's gate) was read as None, unset, and refused as a
+    required field's None, from a run file and from `--admission-gate none`; SimConfig took it."""
+    path = tmp_path / "run.toml"
+    path.write_text('requests = 5\n[config]\nnum_blocks = 300\nadmission_gate = "none"\n')
+    assert _json(capsys, ["run", "--toml", str(path)])["config"]["admission_gate"] == "none"
+    assert _json(capsys, [*SMALL, "--admission-gate", "none"])["config"]["admission_gate"] == "none"
+    assert _json(capsys, [*SMALL, "--max-model-len", "none"])["config"]["max_model_len"] is None
+
+
+def test_kvsim_run_says_which_gdn_prefill_kernel_it_assumed(capsys):
+    """Qwen3-Next without a GPU: the gated delta net's prefill kernel is FlashInfer's (576-token blocks with
+    prefix caching) and a note says so and how to choose Triton's; on an H200 nothing is assumed; with
+    --gdn-prefill-backend triton the blocks are 544 tokens and no note."""
+    base = ["run", "--requests", "5", "--model", "qwen3-next-80b-a3b", "--workload", "sharegpt"]
+    assert main([*base, "--num-gpu-blocks-override", "400"]) == 0
+    out = capsys.readouterr().out
+    assert "block 576" in out
+    assert "note: gated delta net prefill on FlashInfer's kernel" in out
+    assert "--gdn-prefill-backend triton" in out
+    assert main([*base, "--num-gpu-blocks-override", "400", "--gdn-prefill-backend", "triton"]) == 0
+    out = capsys.readouterr().out
+    assert "block 544" in out
+    assert "gated delta net" not in out
+    assert main([*base, "--gpu", "h200", "-tp", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "block 576" in out
+    assert "gated delta net" not in out
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--pd-threshold", "30"),
+        ("--pd-link-bandwidth", "1e9"),
+        ("--pd-link-latency", "1ms"),
+        ("--pd-link-ps-per-block", "1000"),
+    ],
+)
+def test_a_disaggregation_knob_without_prefill_replicas_is_refused_not_ignored(capsys, flag, value):
+    """It ran as a fleet of one replica with the knob unread (exit 0)."""
+    assert main(["run", "--num-gpu-blocks-override", "2000", "--requests", "10", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        f"kvsim run: error: argument {flag}: a disaggregated fleet's knob, but this run has no "
+    ), err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--replicas", "2", "--router-weight", "prefix=3"], "--router-weight: read only by router weighted"),
+        (
+            ["--replicas", "2", "--router-tie-break", "lowest"],
+            "--router-tie-break: read only by routers that",
+        ),
+        (
+            ["--replicas", "2", "--router", "least-kv", "--prefix-load-cap", "2"],
+            "--prefix-load-cap: read only",
+        ),
+        (["--replicas", "2", "--router-seed", "5"], "--router-seed: read only by the random router"),
+        (
+            ["--replicas", "2", "--router", "least-kv", "--router-tie-break", "lowest", "--router-seed", "5"],
+            "--router-seed: read only by the random router",
+        ),
+        (["--replicas", "2", "--router", "random", "--router-refresh", "1"], "--router-refresh: read only"),
+        (["--kv-offloading-latency-ps", "5ms"], "--kv-offloading-latency-ps: a CPU tier's knob"),
+        (["--kv-offloading-eviction-policy", "arc"], "--kv-offloading-eviction-policy: a CPU tier's knob"),
+        (["--kv-offloading-blocks-per-chunk", "4"], "--kv-offloading-blocks-per-chunk: a CPU tier's knob"),
+        (["--no-kv-offloading-prompt-only"], "--kv-offloading-prompt-only: a CPU tier's knob"),
+        (["--kv-offloading-ps-per-block", "5"], "--kv-offloading-ps-per-block: a CPU tier's knob"),
+        (["--swap-ps-per-block", "5ms"], "--swap-ps-per-block: the time a swap takes, but preemption"),
+        (
+            ["--prefill-replicas", "1", "--prefill-config", "replicas=3,router=random"],
+            "--prefill-config: replicas is the fleet's",
+        ),
+        (["-tp", "1000"], "-tp: a model's knob, but this run names no model"),
+        (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype: a model's knob"),
+        (["--quantization", "fp8"], "--quantization: a model's knob"),
+        (["--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization: a model's knob"),
+    ],
+)
+def test_a_knob_the_run_does_not_read_is_refused_not_dropped(capsys, argv, said):
+    """A CLI review found these accepted and dropped (exit 0; `config:` listed some as if they took
+    effect): router knobs under a router that reads none of them, a CPU tier's knobs with no tier, a swap
+    time under recompute, the fleet's shape inside --prefill-config."""
+    assert main(["run", "--num-gpu-blocks-override", "500", "--requests", "10", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"kvsim run: error: argument {said}"), err
+
+
+def test_the_knobs_run_where_they_are_read(capsys):
+    for argv in (
+        ["--replicas", "2", "--router", "weighted", "--router-weight", "prefix=3"],
+        ["--replicas", "2", "--router", "prefix-affinity", "--prefix-load-cap", "2", "--router-seed", "5"],
+        ["--replicas", "2", "--router", "least-kv", "--router-tie-break", "lowest", "--router-refresh", "1"],
+        ["--replicas", "2", "--router", "random", "--router-seed", "5"],
+        ["--kv-offloading-chunks", "1000", "--kv-offloading-eviction-policy", "arc"],
+        ["--preemption-mode", "swap", "--cpu-blocks", "100", "--swap-ps-per-block", "5ms"],
+        ["--preset", "vllm-0.19"],  # (its gpu_memory_utilization 0.9 is the preset's, not the user's)
+    ):
+        assert main(["run", "--num-gpu-blocks-override", "500", "--requests", "10", *argv]) == 0, argv
+    capsys.readouterr()
+
+
+LLAMA_ON_H100 = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "3"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--placement", "buddy"], "--placement: 'buddy' does nothing here: placement is how a contiguous"),
+        (["--gdn-prefill-backend", "flashinfer"], "--gdn-prefill-backend: 'flashinfer' does nothing here"),
+        (
+            ["--language-model-only"],
+            "--language-model-only: the flag does nothing here: model llama-3.1-8b is",
+        ),
+        (["--hybrid-kv-cache-manager", "off"], "--hybrid-kv-cache-manager: 'off' does nothing here"),
+        (["--hybrid-kv-cache-manager", "on"], "--hybrid-kv-cache-manager: 'on' does nothing here"),
+        (["--disable-hybrid-kv-cache-manager"], "--disable-hybrid-kv-cache-manager: the flag does nothing"),
+        (["--router", "prefix-affinity"], "--router: 'prefix-affinity' does nothing here: a router picks"),
+        (["--router", "random", "--router-seed", "3"], "--router: 'random' does nothing here"),
+        (
+            ["--allow-long-max-model-len"],
+            "--allow-long-max-model-len: the flag does nothing here: it lets a max_model_len longer than "
+            "model llama-3.1-8b's context of 131,072 through, and none is given",
+        ),
+        (
+            ["--max-model-len", "4096", "--allow-long-max-model-len"],
+            "--allow-long-max-model-len: the flag does nothing here: it lets a max_model_len longer than "
+            "model llama-3.1-8b's context of 131,072 through, and 4,096 is not longer",
+        ),
+    ],
+)
+def test_a_flag_that_does_nothing_for_this_run_is_refused_by_name(capsys, argv, said):
+    """A review found these accepted with exit 0 and no word (`config:` listing them as if they took
+    effect): a placement under a paged policy, a GDN kernel, --language-model-only and the hybrid
+    manager's switch on a text-only model of full-attention layers (vLLM reads none of them there), a
+    router in front of one replica."""
+    assert main([*LLAMA_ON_H100, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"kvsim run: error: argument {said}"), err
+    assert err.rstrip().endswith("drop the flag"), err
+
+
+def test_the_pool_and_context_knobs_run_where_they_act(capsys, tmp_path):
+    """--pool-null-block on a pool sized from memory or given in blocks and --allow-long-max-model-len
+    beside a longer --max-model-len change the run (the refusals above are of flags idle there, not
+    always), in a sweep too, and an override's note quotes vLLM's own count under either."""
+    base = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--requests", "3", "--json"]
+    assert main(base) == 0
+    within = json.loads(capsys.readouterr().out)["config"]["num_blocks"]
+    assert main([*base, "--pool-null-block", "extra"]) == 0
+    extra = json.loads(capsys.readouterr().out)
+    assert extra["config"]["num_blocks"] == within + 1
+    assert "plus kvsim's null block (v0 had none)" in extra["pool"]
+    assert main([*base, "--max-model-len", "16384", "--allow-long-max-model-len"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["max_model_len"] == 16384
+    argv = ["run", "--preset", "vllm-v0", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--requests", "3"]
+    assert main([*argv, "--num-gpu-blocks-override", "3000", "--kv-cache-memory-bytes", "12GiB"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        'logs "Overriding num_gpu_blocks=6144 with num_gpu_blocks_override=3000"' in out
+    )  # (not v0's 6,145)
+    sweep = [
+        "sweep",
+        "--base",
+        "num_blocks=3000",
+        "--base",
+        "pool_null_block=extra",
+        "--grid",
+        "block_size=16,32",
+    ]
+    # (v0's count: 3,000 usable blocks and kvsim's null block; once refused as doing nothing)
+    out_file = tmp_path / "s.parquet"
+    assert main([*sweep, "--requests", "5", "--no-progress", "--output", str(out_file)]) == 0
+    assert pl.read_parquet(out_file)["num_blocks"].to_list() == [3001, 3001]
+
+
+def test_static_needs_a_given_max_model_len(capsys):
+    """A static policy reserves max_model_len a request: the model's context it now defaults to (40,960
+    tokens for Qwen3-8B) would refuse every request a pool cannot hold whole, for a figure nobody chose."""
+    argv = ["run", "--policy", "static", "--model", "qwen3-8b", "--num-gpu-blocks-override", "2000"]
+    assert main([*argv, "--requests", "5"]) == 2
+    assert "policy 'static' reserves max_model_len per request: set max_model_len (--max-model-len)" in (
+        capsys.readouterr().err
+    )
+    assert main([*argv, "--requests", "5", "--max-model-len", "2048"]) == 0
+
+
+def test_those_flags_run_where_they_act(capsys):
+    """The same flags where the run reads them: each changes what runs (so the refusals above are not
+    of flags that never act)."""
+    small = ["--num-gpu-blocks-override", "500", "--requests", "5"]
+    pairs = (
+        (["--policy", "static", "--max-model-len", "4096"], ["--placement", "buddy"]),
+        (["--replicas", "2"], ["--router", "least-loaded"]),
+        (["--prefill-replicas", "2", "--pd-link-ps-per-block", "1000"], ["--router", "random"]),
+    )
+    for base, flag in pairs:
+        assert main(["run", *small, *base, "--json"]) == 0, base
+        without = json.loads(capsys.readouterr().out)
+        assert main(["run", *small, *base, *flag, "--json"]) == 0, flag
+        with_flag = json.loads(capsys.readouterr().out)
+        key = flag[0].lstrip("-").replace("-", "_")
+        assert with_flag["config"][key] != without["config"][key]
+    sizes = []
+    for flags in ([], ["--language-model-only"]):
+        assert main(["run", "--model", "gemma-3-12b", "--gpu", "h100-80gb", "--requests", "3", *flags]) == 0
+        sizes.append(capsys.readouterr().out.split("\n", 2)[1])
+    assert sizes[0] != sizes[1]  # (the towers' memory goes to the KV cache)
+    gdn = ["run", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "2", "--requests", "3"]
+    assert main([*gdn, "--gdn-prefill-backend", "triton"]) == 0
+    assert "block 544" in capsys.readouterr().out  # (no checkpoints: FlashInfer's 64-token grid gone)
+    oss = [
+        "run",
+        "--model",
+        "gpt-oss-120b",
+        "--gpu",
+        "h100-80gb",
+        "--requests",
+        "3",
+        "--max-model-len",
+        "65536",
+    ]
+    assert main([*oss, "--hybrid-kv-cache-manager", "off"]) == 0
+    assert "in 2 groups" not in capsys.readouterr().out
+
+
+PLAN = ["plan", "--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--requests", "5"]
+SWEEP = ["sweep", "--requests", "5", "--no-progress", "--workers", "1", "--no-resume"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "base", "said"),
+    [
+        (
+            ["--placement", "buddy"],
+            ["placement=buddy"],
+            "placement: 'buddy' does nothing here: placement is how",
+        ),
+        (
+            ["--gdn-prefill-backend", "flashinfer"],
+            ["gdn_prefill_backend=flashinfer"],
+            "gdn-prefill-backend: 'flashinfer' does nothing here",
+        ),
+        (["--language-model-only"], ["language_model_only=true"], "language-model-only: "),
+        (
+            ["--hybrid-kv-cache-manager", "off"],
+            ["hybrid_kv_cache_manager=off"],
+            "hybrid-kv-cache-manager: 'off'",
+        ),
+        (
+            ["--router", "prefix-affinity"],
+            ["router=prefix-affinity"],
+            "router: 'prefix-affinity' does nothing",
+        ),
+        (
+            ["--replicas", "2", "--router-seed", "3"],
+            ["replicas=2", "router_seed=3"],
+            "router-seed: read only by the random router",
+        ),
+    ],
+)
+def test_plan_and_sweep_refuse_a_flag_that_does_nothing_at_any_point(capsys, tmp_path, flags, base, said):
+    """`kvsim plan` and `kvsim sweep` accepted the flags `kvsim run` refuses (exit 0, the search or the
+    grid run with the knob unread): the same rule (`kvsim.cli.refusals.refuse_idle_at_every_point`) refuses
+    them there, by the flag or the base field given, before any probe or point runs."""
+    model = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
+    assert main([*PLAN, *model, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"kvsim plan: error: argument --{said}"), err
+    assert err.rstrip().endswith(" or drop the flag") or err.rstrip().endswith("; drop the flag"), err
+    out = tmp_path / "sweep.parquet"
+    sweep_base = [a for b in ("model=llama-3.1-8b", "gpu=h100-80gb", *base) for a in ("--base", b)]
+    assert main([*SWEEP, *sweep_base, "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    field = base[-1].split("=")[0]
+    assert err.startswith(f"kvsim sweep: error: argument --base {field}: "), err
+    assert err.rstrip().endswith("drop it"), err
+    assert not out.exists()  # (refused before any point ran)
+
+
+def test_a_sweep_file_s_idle_base_field_is_named_by_its_table(capsys, tmp_path):
+    """A sweep file's `[base]` field is named by the file and its table, as its other errors are."""
+    path = tmp_path / "s.toml"
+    path.write_text('[base]\nnum_blocks = 500\nplacement = "buddy"\n')
+    assert main([*SWEEP, "--file", str(path), "--output", str(tmp_path / "s.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvsim sweep: error: sweep file {path}: [base] placement: 'buddy' does nothing"), (
+        err
+    )
+
+
+def test_plan_and_sweep_take_those_flags_where_some_point_reads_them(capsys, tmp_path):
+    """Refused only where no point reads the knob: a search over replica counts (`--smallest replicas`,
+    `--split`) reads `--router`, a `--compare` of policies with a contiguous one reads `--placement`, a
+    compare of models with a multimodal one `--language-model-only`; a sweep's grid likewise. A knob the
+    search or grid varies is what it measures, not refused (the candidates tie, the rows repeat)."""
+    blocks = ["--num-gpu-blocks-override", "500"]
+    accepted = (
+        [*blocks, "--smallest", "replicas", "--router", "least-loaded"],
+        [*blocks, "--split", "--max-gpus", "3", "--router", "least-loaded", "--pd-link-ps-per-block", "1000"],
+        [*blocks, "--max-model-len", "4096", "--compare", "policy=vllm,static", "--placement", "buddy"],
+        [*LLAMA_ON_H100[1:5], "--compare", "model=llama-3.1-8b,gemma-3-12b", "--language-model-only"],
+        [*blocks, "--compare", "placement=first-fit,buddy"],
+    )
+    for flags in accepted:
+        assert main([*PLAN, *flags, "--json"]) == 0, flags
+        out = json.loads(capsys.readouterr().out)
+        knob = next(f for f in reversed(flags) if f.startswith("--")).lstrip("-").replace("-", "_")
+        if knob in out["config"]:
+            assert out["config"][knob] != kvsim.SimConfig(num_blocks=500).describe()[knob], flags
+    for i, grid in enumerate(
+        (
+            ["--base", "max_model_len=4096", "--base", "placement=buddy", "--grid", "policy=vllm,static"],
+            ["--base", "router=least-loaded", "--grid", "replicas=1,2"],
+            ["--grid", "placement=first-fit,buddy"],
+        )
+    ):
+        out = tmp_path / f"{i}.parquet"
+        assert main([*SWEEP, "--base", "num_blocks=500", *grid, "--output", str(out)]) == 0, grid
+        assert pl.read_parquet(out).height == 2
+    capsys.readouterr()
+
+
+def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys):
+    """`kvsim run`'s note on a sizing flag another overrides (`_overridden_sizing`) in `kvsim plan`: the
+    search ran on the override's pool without a word; a search over the KV memory sizes each probe's pool
+    itself, so there the note would be wrong."""
+    argv = [*PLAN, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--num-gpu-blocks-override", "2000"]
+    argv += ["--kv-cache-memory-bytes", "12GiB", "--max-model-len", "65536"]  # (12 GiB holds one request)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert (
+        "note: --num-gpu-blocks-override 2,000 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB (whose"
+        in out
+    )
+    # (a search of kv_cache_bytes drops the override in every probe: refused by name, one line)
+    assert main([*argv, "--smallest", "kv_cache_bytes"]) == 2
+    assert "argument --num-gpu-blocks-override: --smallest kv_cache_bytes sizes" in capsys.readouterr().err
+    alone = [a for a in argv if a not in ("--num-gpu-blocks-override", "2000")]
+    assert main([*alone, "--smallest", "kv_cache_bytes"]) == 0
+    assert "sizes the pool, not" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "used", "unused", "said"),
+    [
+        (
+            # (12 GiB holds 98,304 tokens: one request of the model's 131,072 does not fit, which vLLM
+            # refuses before the override replaces the blocks)
+            [
+                "--num-gpu-blocks-override",
+                "2000",
+                "--kv-cache-memory-bytes",
+                "12GiB",
+                "--max-model-len",
+                "65536",
+            ],
+            "num_blocks=2000",
+            "kv_cache_bytes",
+            "--num-gpu-blocks-override 2,000 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB (whose KV "
+            'memory holds 6,144 blocks): vLLM lets the override win (its get_kv_cache_configs logs "Overriding '
+            'num_gpu_blocks=6144 with num_gpu_blocks_override=2000")',
+        ),
+        (
+            ["--num-gpu-blocks-override", "2000", "--gpu-memory-utilization", "0.5"],
+            "num_blocks=2000",
+            "gpu_memory_utilization",
+            "--num-gpu-blocks-override 2,000 sizes the pool, not --gpu-memory-utilization 0.5 (whose KV memory "
+            "holds 11,111 blocks)",
+        ),
+        (
+            [
+                "--kv-cache-memory-bytes",
+                "12GiB",
+                "--gpu-memory-utilization",
+                "0.5",
+                "--max-model-len",
+                "65536",
+            ],
+            "kv_cache_bytes=12 GiB",
+            "gpu_memory_utilization",
+            "--kv-cache-memory-bytes 12.0 GiB is the KV memory, not what --gpu-memory-utilization 0.5 leaves",
+        ),
+    ],
+)
+def test_a_sizing_flag_another_overrides_is_named_not_listed(capsys, flags, used, unused, said):
+    """vLLM lets num_gpu_blocks_override win over the blocks the KV memory holds, and kv_cache_memory_bytes
+    over gpu_memory_utilization: `config:` listed both (`num_blocks=2000, ..., kv_cache_bytes=12 GiB`)
+    under a pool line of the override's. The run says which one sized the pool and lists only it."""
+    assert main([*LLAMA_ON_H100, *flags]) == 0
+    out = capsys.readouterr().out
+    config = next(line for line in out.splitlines() if line.startswith("config: "))
+    assert used in config, config
+    assert f"{unused}=" not in config, config
+    notes = [line for line in out.splitlines() if line.startswith("note: ")]
+    assert any(line.startswith(f"note: {said}") for line in notes), notes
+    sized = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", gpu_memory_utilization=0.5)
+    assert sized.num_blocks == 11111  # (the count the note names is the pool that flag alone sizes)
+
+
+def test_a_kv_memory_beside_blocks_without_a_model_is_named_not_listed(capsys):
+    """No model: the KV memory cuts into no block at all, and the blocks given are the pool."""
+    argv = ["run", "--num-gpu-blocks-override", "500", "--kv-cache-memory-bytes", "12GiB", "--requests", "3"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "kv_cache_bytes=" not in next(line for line in out.splitlines() if line.startswith("config: "))
+    assert "note: --num-gpu-blocks-override 500 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB: " in out
+
+
+def test_a_block_size_a_mamba_state_raises_is_said_and_saved_as_the_pools(capsys, tmp_path):
+    """--block-size 32 on Qwen3-Next ran 576-token blocks (vLLM's _align_hybrid_block_size, which logs
+    "Setting attention block size to 576 tokens ...") while `config:` said block_size=32 and the saved
+    JSON "block_size": 32 beside 576-token groups. Now a note names both, `config:` the pool's (and the one
+    asked), and the JSON's pool_sizing the pool's with the given one labelled beside it."""
+    argv = ["run", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "2", "--requests", "3"]
+    assert main([*argv, "--block-size", "32", "--save-result", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "block 576," in out
+    config = next(line for line in out.splitlines() if line.startswith("config: "))
+    assert "block_size=576 (raised from 32 for the state layers)" in config
+    assert "block_size=32," not in config
+    notes = [line for line in out.splitlines() if line.startswith("note: block size")]
+    assert notes == [
+        "note: block size 32 raised to 576 tokens: qwen3-next-80b-a3b keeps Mamba states, and vLLM raises the "
+        'attention block until a page holds one (it logs "Setting attention block size to 576 tokens to ensure '
+        "that attention page size is >= mamba page size.\"); every group's block is 576 tokens "
+        "(--save-result's pool_sizing: block_size 576, block_size_given 32)"
+    ]
+    saved = json.loads(next(tmp_path.glob("*.json")).read_text())
+    sizing = saved["pool_sizing"]
+    assert (sizing["block_size"], sizing["block_size_given"]) == (576, 32)
+    assert {g["block_size"] for g in sizing["kv_groups"]} == {576}
+    assert sizing["tokens"] == sizing["num_blocks"] * 576
+    # A size the state needs no raise for, and a model without states: no note, the two sizes agree.
+    for run, size in ((argv, "576"), (LLAMA_ON_H100, "32")):
+        assert main([*run, "--block-size", size, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["pool_sizing"]["block_size"] == data["pool_sizing"]["block_size_given"] == int(size)
+        assert not [n for n in data["notes"] if n.startswith("block size")]
+
+
+def test_internal_fragmentation_says_what_it_is_a_share_of(capsys):
+    """128-token blocks on a large pool printed "internal fragmentation 0.0 %" while 13 % of the slots
+    they allocated held no token (the JSON's stored_share_of_allocated 0.867): the share was of the whole
+    pool. The table now labels that row and adds the share of the allocated slots."""
+    argv = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--block-size", "128", "--requests", "500"]
+    assert main([*argv, "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["summary"]
+    assert s["internal_fragmentation_of_allocated"] == pytest.approx(1 - s["stored_share_of_allocated"])
+    assert s["internal_fragmentation_of_allocated"] > 0.1 > 100 * s["internal_fragmentation"]
+    assert main(argv) == 0
+    rows = {
+        line[:38].strip(): line[38:].strip()
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("  internal fragmentation")
+    }
+    share = 100 * s["internal_fragmentation_of_allocated"]
+    assert rows == {
+        "internal fragmentation / pool": f"{100 * s['internal_fragmentation']:.1f} %",
+        "internal fragmentation / allocated": f"{share:.1f} %",
+    }
+
+
+def test_a_fleet_of_one_reads_one_replica_and_transfers_read_binary_units(capsys):
+    """A P/D run of one prefill and one decode replica printed "== fleet: 1 replicas" and "1 decode
+    replicas", and its transfers in decimal GB (40.28 GB) where every other size kvsim prints is binary
+    (fmt_bytes: GiB, MiB)."""
+    from kvsim.model.units import fmt_bytes
+
+    argv = ["run", "--model", "llama-3.1-8b", "--num-gpu-blocks-override", "500", "--requests", "20"]
+    argv += ["--prefill-replicas", "1"]
+    assert main([*argv, "--json"]) == 0
+    moved = json.loads(capsys.readouterr().out)["summary"]["pd_transfer_bytes"]
+    assert moved > 2**20
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "== fleet: 1 decode and 1 prefill replica, router round-robin ==" in out
+    assert "== disaggregation: 1 prefill : 1 decode replica; " in out
+    transfers = next(line for line in out.splitlines() if line.startswith("  transfers: "))
+    assert f" blocks, {fmt_bytes(moved)}); " in transfers, transfers
+    assert " GB" not in transfers
+
+
+def test_the_config_line_leaves_out_a_swap_time_a_run_never_uses(capsys):
+    """A hybrid model cannot swap (vLLM's hybrid manager: recompute only); its swap time was printed for
+    the 16-token block asked, not the 576-token block it runs. Recompute preemption (the default) never
+    swaps either: the swap time shows only under swap preemption."""
+    for model, flags, swaps in (
+        ("llama-3.1-8b", ["--gpu", "h100-80gb", "--preemption-mode", "swap", "--swap-space", "4"], True),
+        ("llama-3.1-8b", ["--gpu", "h100-80gb"], False),
+        ("qwen3-next-80b-a3b", ["--gpu", "h200", "-tp", "2"], False),
+    ):
+        assert main(["run", "--model", model, *flags, "--requests", "3"]) == 0
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("config: ")]
+        assert ("swap_ps_per_block=" in line) is swaps, line
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "said"),
+    [
+        ("kvsim.analysis.claims", ["--bogus"], "unrecognized arguments: --bogus"),
+        ("kvsim.analysis.claims", ["abc"], "SCALE 'abc' is not a number"),  # (a bare ValueError traceback)
+        ("kvsim.analysis.claims", ["1e-9"], "SCALE '1e-9': scale 1e-09 leaves"),
+        ("kvsim.analysis.claims_pd", ["a", "b"], "unrecognized arguments: b"),
+        ("kvsim.analysis.validate", ["--bogus"], "unrecognized arguments: --bogus"),
+        ("kvsim.lab.screenshots", ["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_the_python_dash_m_commands_refuse_in_one_line(module, argv, said):
+    """`python -m` entry points the README names answer a bad argument as the kvsim commands do: one line,
+    exit status 2 (they printed argparse's usage too; `kvsim.analysis.claims abc` a ValueError traceback)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"python -m {module}: error: ")
+    assert said in lines[0]
+
+
+def test_the_config_line_shows_a_block_size_other_than_vllms_16(capsys):
+    """An unset block size resolves (16, or an MLA backend's): the line shows it only where it is not vLLM's
+    16 (every line printed `block_size=16` once the knob was derived)."""
+    for argv, shown in (
+        (["--model", "llama-3-8b", "--gpu", "h100-80gb"], None),
+        (
+            ["--model", "deepseek-v3", "--gpu", "b200", "-tp", "8", "--max-model-len", "32768"],
+            "block_size=32,",
+        ),
+        (["--model", "llama-3-8b", "--gpu", "h100-80gb", "--block-size", "32"], "block_size=32,"),
+    ):
+        assert main(["run", *argv, "--requests", "5"]) == 0
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("config: ")]
+        assert (shown in line) if shown else ("block_size" not in line), line
+
+
+def test_plan_reads_pool_null_block_in_every_memory_search(capsys):
+    """A search of the pool's memory runs probes that set that knob, and --pool-null-block counts every
+    probe's blocks: a kv_cache_bytes search's cut from memory, a num_blocks search's given (vLLM v0's
+    count: N usable, kvsim's null block beside; it was refused there as doing nothing)."""
+    slo = ["--slo", "ttft_p99:2s", "--requests", "60", "--max-probes", "2", "--workers", "1"]
+    assert main(["plan", "--preset", "vllm-v0", "--num-gpu-blocks-override", "500", *slo]) == 0
+    capsys.readouterr()
+    model = ["plan", "--model", "llama-3-8b", *slo, "--json"]
+    for rule, pool in (("within", "pool: 2,048 blocks"), ("extra", "pool: 2,049 blocks")):
+        argv = [
+            *model,
+            "--pool-null-block",
+            rule,
+            "--num-gpu-blocks-override",
+            "2048",
+            "--smallest",
+            "num_blocks",
+        ]
+        assert main(argv) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["pool"].startswith(pool), rule
+        # (the search starts at the num_blocks given: vLLM's 2,048 under either rule; a --kv-cache-memory-bytes
+        # to start from is refused beside a num_blocks search, which drops it)
+        assert data["probes"][0]["num_blocks"] == 2048, rule
+    assert (
+        main(
+            [
+                *model,
+                "--pool-null-block",
+                "extra",
+                "--kv-cache-memory-bytes",
+                "6GiB",
+                "--smallest",
+                "kv_cache_bytes",
+            ]
+        )
+        == 0
+    )
+
+
+def test_sweep_refuses_a_swap_space_and_a_models_knob_no_point_reads(capsys):
+    """kvsim sweep took `--base cpu_blocks=40` under recompute and `--base tensor_parallel_size=2` with no
+    model silently (kvsim run and plan refuse both); now by the same rule, over its points: a grid of
+    preemption modes with one that swaps reads the swap space, a grid of models reads -tp."""
+    small = ["--requests", "5", "--no-progress"]
+    for base, said in (
+        (["--base", "cpu_blocks=40"], "argument --base cpu_blocks: a CPU pool of 40 blocks would do nothing"),
+        (["--base", "tensor_parallel_size=2"], "argument --base tensor_parallel_size: a model's knob"),
+    ):
+        assert main(["sweep", "--base", "num_blocks=300", *base, "--grid", "block_size=16,32", *small]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"kvsim sweep: error: {said}"), err
+    grid = ["--grid", "preemption=recompute,swap"]
+    assert main(["sweep", "--base", "num_blocks=300", "--base", "cpu_blocks=40", *grid, *small]) == 0
+    grid = ["--grid", "model=llama-3-8b"]
+    assert main(["sweep", "--base", "num_blocks=300", "--base", "tensor_parallel_size=2", *grid, *small]) == 0
+
+
+def test_a_block_size_no_gpu_backend_takes_is_noted_with_a_model_on_a_gpu(capsys):
+    """vLLM 0.33.0 takes any positive --block-size in its config (`CacheConfig.block_size`, `gt=0`) but starts
+    no GPU attention backend for one that is not a multiple of 16 (`get_supported_kernel_block_sizes`); kvsim
+    runs it (the paper's block-size study, the tests' small blocks) and says so in one note, only where a
+    model runs on a GPU and the size was given."""
+    from kvsim.cli import main
+
+    said = "vLLM 0.33.0 starts no attention backend on a GPU for it (each takes multiples of 16 only"
+    for size, noted in (("7", True), ("8", True), ("32", False)):
+        args = ["run", "--model", "llama-3.1-8b", "--gpu", "h200", "--block-size", size, "--requests", "2"]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert (f"note: block size {size}: {said}" in out) is noted, size
+    assert (
+        main(
+            ["run", "--model", "llama-3.1-8b", "--num-blocks", "500", "--block-size", "7", "--requests", "2"]
+        )
+        == 0
+    )
+    assert said not in capsys.readouterr().out  # (no GPU: a free simulation)
+    assert main(["run", "--num-blocks", "500", "--block-size", "7", "--requests", "2"]) == 0
+    assert said not in capsys.readouterr().out
+    # The prefill replicas' own size (--prefill-config) is told too, as theirs (it was not told at all).
+    fleet = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--replicas", "1", "--prefill-replicas", "1",
+             "--requests", "2"]  # fmt: skip
+    for size, noted in (("8", True), ("32", False)):
+        assert main([*fleet, "--prefill-config", f"block_size={size}"]) == 0
+        out = capsys.readouterr().out
+        assert (f"note: prefill replicas' block size {size}: {said}" in out) is noted, size
+        assert f"note: block size {size}:" not in out  # (the decode replicas keep 16)
+    # An MLA model: none (vLLM's Triton MLA backend takes any size, the base class's MultipleOf(1)).
+    for size in ("8", "256"):
+        assert main(["run", "--model", "deepseek-v3", "--gpu", "h200", "-tp", "8", "--block-size", size,
+                     "--requests", "2"]) == 0  # fmt: skip
+        assert "starts no attention backend" not in capsys.readouterr().out
+    # A size a state layer raises to a multiple of 16 (qwen3-next: 8 -> 320) is served: no backend note,
+    # the raise's note; and a prefill pool that inherits the decode replicas' size is not told again.
+    assert main(["run", "--model", "qwen3-next-80b-a3b", "--gpu", "h100-80gb", "-tp", "4", "--block-size", "8",
+                 "--requests", "2"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "note: block size 8 raised to 320 tokens" in out
+    assert "starts no attention backend" not in out
+    assert main([*fleet, "--block-size", "8", "--prefill-config", "max_num_seqs=4"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: block size 8: {said}" in out
+    assert "prefill replicas' block size" not in out
