@@ -139,6 +139,33 @@ def test_setup_line_names_model_pool_rate_requests_and_seeds(quick):
     assert "opt-13b" in sizes
 
 
+def test_a_tick_runs_rates_and_pools_past_its_gpu_say_so(quick):
+    """The memory budget's rows count 1 ms steps (time_model ticks) and set pools of up to 4,096 blocks of
+    OPT-13B, which no A100-40GB holds: its panels showed "requests/s" and "s" and named the GPU without a
+    word of either (newcomer review). The setup, the axes and the claim's row say it; a panel of a GPU's
+    time (Fig. 13's setup) says nothing of ticks."""
+    _, results = quick
+    budget = results["seed-memory-budget"]
+    assert "1 ms ticks (times count steps" in plots.setup_line(budget)
+    import kvsim
+
+    cfg = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", block_size=16, max_model_len=512)
+    assert plots.blocks_the_gpu_holds(budget) == cfg.num_blocks - 1 < 4_096
+    fig = Figure()
+    axes = [fig.add_subplot(1, 2, i) for i in (1, 2)]
+    plots.draw_memory_budget(axes, budget)
+    assert axes[0].get_ylabel() == "throughput (requests/s of ticks)"
+    assert axes[1].get_ylabel() == "P99 end-to-end latency (s of ticks)"
+    held = f"an a100-40gb holds {cfg.num_blocks - 1:,}: past that"
+    assert held in axes[0].get_xlabel().replace("\n", " ")
+    gpu_time = budget.frame.with_columns(pl.lit("roofline").alias("time_model"))
+    assert plots.ticks_text(Results(budget.experiment, gpu_time, None)) is None
+    from kvsim.analysis.claims_seed import seed_claims
+
+    (row,) = [c for c in seed_claims(results, 0.1) if c.id == "S-memory-budget"]
+    assert row.ours.endswith("(1 ms ticks: times count steps)")
+
+
 def test_vllm_is_drawn_on_top_of_orca():
     ts = {
         p: pl.DataFrame(

@@ -26,6 +26,7 @@ from kvsim.analysis.claims_model import (
     pct,
 )
 from kvsim.analysis.sweep import make_workload
+from kvsim.model.units import fmt_duration_ps
 
 
 def seed_experiments() -> list[Experiment]:
@@ -198,11 +199,20 @@ def seed_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
         ok = monotone(thr, True) and monotone(p99, False)
         ours = "; ".join(
             f"{b - 1}: {t:.1f} req/s, P99 {p:.2f} s" for b, t, p in zip(blocks, thr, p99, strict=True)
-        )
+        ) + (f" ({fmt_duration_ps(tick)} ticks: times count steps)" if (tick := ticks_of(res)) else "")
         out.append(
             Claim("S-memory-budget", claim, src, "qualitative", ours, tol, CONFIRMED if ok else DIFFERS, cmd)
         )
     return out
+
+
+def ticks_of(res: Any) -> int | None:
+    """The step time of an experiment's rows in ps where they count steps (`time_model` ticks), so that its
+    req/s and seconds are read as steps (the memory budget's rows did not say so); None otherwise."""
+    f = res.frame
+    if "time_model" not in f.columns or f["time_model"][0] != "ticks":
+        return None
+    return int(f["iteration_time_ps"][0])
 
 
 def admitted(

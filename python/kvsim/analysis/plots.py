@@ -50,6 +50,7 @@ from kvsim.analysis.plots_common import (
     _wrap,
     series,
     setup_line,
+    ticks_text,
 )
 from kvsim.analysis.plots_fleet import draw_fleet, fleet_findings
 from kvsim.analysis.plots_plan import draw_plan, plan_figure, plan_finding
@@ -297,15 +298,39 @@ def draw_memory_budget(axes: Sequence[Axes], res: Results) -> None:
     blocks, thr, thr_ci = series(res, "throughput_rps", "num_blocks")
     _, p99, p99_ci = series(res, "e2e_s_p99", "num_blocks")
     usable = [b - 1 for b in blocks]
+    ticks = " of ticks" if ticks_text(res) else ""
     axes[0].errorbar(usable, thr, yerr=thr_ci, fmt="o-", capsize=3)
-    axes[0].set_ylabel("throughput (requests/s)")
+    axes[0].set_ylabel(f"throughput (requests/s{ticks})")
     axes[1].errorbar(usable, p99, yerr=p99_ci, fmt="o-", capsize=3, color=COLORS["internal"])
-    axes[1].set_ylabel("P99 end-to-end latency (s)")
+    axes[1].set_ylabel(f"P99 end-to-end latency (s{ticks})")
+    held = blocks_the_gpu_holds(res)
+    beyond = (
+        f"; an {res.frame['gpu'][0]} holds {held:,}: past that, kvsim's experiment"
+        if held is not None and held < max(usable)
+        else ""
+    )
     for ax, t, finding in zip(axes, titles, findings, strict=True):
         ax.set_xscale("log", base=2)
         ax.set_ylim(bottom=0)
         _title(ax, t, finding)
-        _label_with_setup(ax, "KV pool (usable blocks)", res)
+        _label_with_setup(ax, f"KV pool (usable blocks, set directly{beyond})", res)
+
+
+def blocks_the_gpu_holds(res: Results) -> int | None:
+    """The usable blocks vLLM would size on the rows' GPU for their model (`SimConfig(model, gpu, ...)` at
+    the rows' block size, context and memory utilization), so that a pool set directly in blocks past it
+    says it is no deployment; None where the rows name no model and GPU or the configuration is refused."""
+    from kvsim import SimConfig
+
+    first = res.frame.row(0, named=True)
+    if not (first.get("model") and first.get("gpu")):
+        return None
+    keys = ("model", "gpu", "block_size", "max_model_len", "gpu_memory_utilization")
+    try:
+        cfg = SimConfig(**{k: first[k] for k in keys if first.get(k) is not None})
+    except InvalidArgumentError:
+        return None
+    return cfg.num_blocks - 1
 
 
 def trace_ceilings(

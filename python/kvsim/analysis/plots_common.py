@@ -94,6 +94,8 @@ def setup_line(res: Results) -> str:
     parts = []
     model = first.get("model")
     parts.append(f"{model} on {first['gpu']}" if model and first.get("gpu") else str(model or "no model"))
+    if ticks := ticks_text(res):
+        parts.append(ticks)
     if not varies("num_blocks") and not varies("block_size"):
         parts.append(f"{first['num_blocks'] - 1:,} blocks × {first['block_size']} tokens")
     elif not varies("block_size"):
@@ -103,6 +105,17 @@ def setup_line(res: Results) -> str:
     ran = requests_ran(f, int(first["requests"]))
     parts.append(f"{ran} requests" + (f" × {seeds} seeds (95 % CI)" if seeds > 1 else ""))
     return " · ".join(parts)
+
+
+def ticks_text(res: Results) -> str | None:
+    """How an experiment's rows tell time where they count steps (`time_model` ticks: every step the same
+    `iteration_time_ps`), so that a rate in req/s and a latency in s are read as steps; None under a time
+    model of a GPU (or rows without the column)."""
+    from kvsim.analysis.claims_seed import ticks_of
+    from kvsim.model.units import fmt_duration_ps
+
+    tick = ticks_of(res)
+    return None if tick is None else f"{fmt_duration_ps(tick)} ticks (times count steps, not a GPU's time)"
 
 
 def _chars(ax: Axes, scale: float = 1.0) -> int:
@@ -121,7 +134,7 @@ def _title(ax: Axes, title: str, finding: str) -> None:
 
 def _label_with_setup(ax: Axes, xlabel: str, res: Results) -> None:
     setup = _wrap(setup_line(res), _chars(ax))
-    ax.set_xlabel(f"{xlabel}\n{setup}" if xlabel else setup)
+    ax.set_xlabel(f"{_wrap(xlabel, _chars(ax))}\n{setup}" if xlabel else setup)
 
 
 def _change(a: float, b: float, rel: float = 0.02) -> str:
