@@ -36,12 +36,15 @@ def test_kvsim_run_prints_the_split(capsys, backend):
     assert main(argv) == 0
     out = capsys.readouterr().out
     section = out.split("== disaggregation: 1 prefill : 2 decode replicas; ", 1)[1].splitlines()
-    assert [line.split()[0] for line in section[2:6]] == ["prefill", "prefill", "transfer", "decode"]
-    assert section[6].lstrip().startswith("transfers: ")
-    assert "link in use " in section[6]
-    assert "% of the run (latency included), bandwidth used " in section[6]
-    assert "busy time (busy / makespan): prefill replicas" in section[7]
-    assert "busy imbalance (busier / idler side): " in section[8]
+    assert [line.split()[0] for line in section[2:6]] == ["prefill", "prefill", "transfer+wait", "decode"]
+    assert (
+        section[6].lstrip().startswith("(transfer+wait: from its admission on the decode replica to the end")
+    )
+    assert section[7].lstrip().startswith("transfers: ")
+    assert "link in use " in section[7]
+    assert "% of the run (latency included), bandwidth used " in section[7]
+    assert "busy time (busy / makespan): prefill replicas" in section[8]
+    assert "busy imbalance (busier / idler side): " in section[9]
     assert main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     pd = data["fleet"]["disaggregation"]
@@ -207,7 +210,7 @@ def test_the_not_memory_bound_note_judges_the_decode_replicas_by_their_own_queue
     for part, key in (
         ("prefill queueing", "ttft_prefill_queue"),
         ("prefill", "ttft_prefill"),
-        ("transfer", "ttft_transfer"),
+        ("transfer+wait", "ttft_transfer"),
     ):
         assert f"{part} p99 {1000 * s[f'{key}_p99_s']:,.1f} ms" in note
     # Decode replicas of 2 seats each: requests queue there, and the note says so, naming the seats.

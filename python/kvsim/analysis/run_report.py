@@ -241,7 +241,7 @@ def pd_decode_queue(result: Any) -> tuple[float | None, dict[str, float] | None]
     parts = {
         "prefill queueing": s["ttft_prefill_queue_p99_s"],
         "prefill": s["ttft_prefill_p99_s"],
-        "transfer": s["ttft_transfer_p99_s"],
+        "transfer+wait": s["ttft_transfer_p99_s"],  # (run_report_fleet.PD_PARTS' label)
     }
     return float(np.percentile(np.maximum(wait, 0.0), 99)), parts
 
