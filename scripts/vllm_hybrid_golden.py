@@ -13,6 +13,11 @@ compiled `vllm._C` is never loaded, only warned about; every recorded file came 
         partial-json-parser "llguidance>=1.7.0,<1.8.0" einops
     /tmp/venv-vllm/bin/python scripts/vllm_hybrid_golden.py tests/data/vllm_hybrid [NAME ...]
 
+vLLM 0.34.0 runs the three recorders too (`--no-deps vllm==0.34.0`, `"transformers>=5.16.1,<5.23.0"`, torch
+2.14.0; `req_id_to_index` passes `ModelRunnerOutput` the field it dropped only where a release has it); the
+files stay those of 0.33.0, which 0.34.0 reproduces except 37 of `tests/data/vllm_offload_hybrid`'s
+(DESIGN.md §Presets, "vLLM 0.34.0").
+
 With prefix caching on, a state group runs in vLLM's Mamba "align" mode (`mamba_align_*`): the scenario's
 `mamba_checkpoint_blocks` is each MambaSpec's `num_prefill_checkpoint_blocks` (1: Mamba2's prefill
 checkpoint, alignment 1), and retention is vLLM's default (`prefix_cache_retention_interval` 0: a state
@@ -468,6 +473,14 @@ def _vllm_config(
     )
 
 
+def req_id_to_index(output_cls: Any, ids: list[str]) -> dict[str, Any]:
+    """`ModelRunnerOutput`'s `req_id_to_index` where the release has it (vLLM 0.33.0; 0.34.0 dropped it and
+    reads the index from `req_ids`)."""
+    if "req_id_to_index" in getattr(output_cls, "__dataclass_fields__", {}):
+        return {"req_id_to_index": {r: i for i, r in enumerate(ids)}}
+    return {}
+
+
 def token_ids(segments: list[tuple[int, int]]) -> list[int]:
     return [c * 100_000 + i for c, n in segments for i in range(n)]
 
@@ -563,7 +576,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             done = req.num_computed_tokens >= req.num_tokens
             sampled.append([900_000 + int(r) * 1000 + req.num_output_tokens] if done else [])
         mro = ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
+            req_ids=ids, sampled_token_ids=sampled, **req_id_to_index(ModelRunnerOutput, ids)
         )
         s.update_from_output(out, mro)
         if not s.has_requests() and not pending:

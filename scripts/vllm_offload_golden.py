@@ -190,6 +190,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
+def req_id_to_index(output_cls: Any, ids: list[str]) -> dict[str, Any]:
+    """`ModelRunnerOutput`'s `req_id_to_index` where the release has it (vLLM 0.33.0; 0.34.0 dropped it and
+    reads the index from `req_ids`)."""
+    if "req_id_to_index" in getattr(output_cls, "__dataclass_fields__", {}):
+        return {"req_id_to_index": {r: i for i, r in enumerate(ids)}}
+    return {}
+
+
 def random_scenario(seed: int) -> dict[str, Any]:
     """Traffic with a few shared prefixes among requests of their own on a GPU pool too small to keep
     the prefixes (so hits move to the tier) and a small tier (LRU or ARC)."""
@@ -519,7 +527,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             sampled.append([900_000 + int(r) * 1000 + req.num_output_tokens] if done else [])
         mro = ModelRunnerOutput(
             req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
+            **req_id_to_index(ModelRunnerOutput, ids),
             sampled_token_ids=sampled,
             kv_connector_output=output,
         )

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 # The single-group recorder's stand-in worker and clock (kvsim's).
-from vllm_offload_golden import Clock, Worker
+from vllm_offload_golden import Clock, Worker, req_id_to_index
 
 # groups: (kind, window, block_size); kinds "full", "sliding_window", "chunked_local", "mamba" (align mode).
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -1079,7 +1079,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             sampled.append([900_000 + int(r) * 1000 + req.num_output_tokens] if done else [])
         mro = ModelRunnerOutput(
             req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
+            **req_id_to_index(ModelRunnerOutput, ids),
             sampled_token_ids=sampled,
             kv_connector_output=output,
         )

@@ -424,7 +424,7 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
             "step takes 1 ms (time_model ticks), and the report says its times are ticks. Unset knobs take\n"
             "kvsim.model.config.KNOBS' defaults (DESIGN.md §Defaults); --preset starts from a vLLM\n"
             "release's rules; a TOML file (--toml) may hold `workload`, `requests`, `seed`, `backend` and\n"
-            "a [config] table. Scheduling rules are vLLM 0.33.0's, the newest release checked; older\n"
+            "a [config] table. Scheduling rules are vLLM 0.33.0's, the newest release covered; older\n"
             "releases' are the presets of DESIGN.md §Presets. A flag with dashes takes underscores too\n"
             "(--block_size is --block-size)."
         ),

@@ -7,8 +7,8 @@ Every field is validated and converted where it enters (`SimConfig.__post_init__
 the choices and limits every layer imports. Field names follow vLLM's spelling where vLLM has one
 (`block_size`, `enable_prefix_caching`, `max_num_seqs`, `max_num_batched_tokens`, `max_model_len`,
 `gpu_memory_utilization`, `tensor_parallel_size`, `kv_cache_dtype`). DESIGN.md §Engine describes what each
-knob does and §Defaults lists the table; the defaults are the newest vLLM release's rules and presets give
-older releases' (DESIGN.md §Presets). The time model's methods (`time_model` resolved, its coefficients
+knob does and §Defaults lists the table; the defaults are the newest covered vLLM release's rules (0.33.0) and
+presets give older releases' (DESIGN.md §Presets). The time model's methods (`time_model` resolved, its coefficients
 derived, `time_line`) are in `kvsim.model.config_time`, the CPU tier's sizing in `kvsim.model.config_tier`,
 its dictionaries (`to_dict`, `resolved`, `describe`, `from_dict`) in `kvsim.model.config_dict`, the
 cross-knob checks (combinations, parallelism, DP groups, the hybrid manager's values, `async_scheduling`) in
@@ -532,12 +532,12 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         """The knobs of a range of vLLM releases, read from each release's `vllm/v1/core` (DESIGN.md
         §Presets); `SimConfig()` without a preset is `vllm-latest`.
 
-        - `vllm-latest`: vLLM 0.23.0 to 0.33.0 (the newest checked): freed blocks without a key to the
-          head of the free queue (`free_order="lifo_unhashed"`), admission only if the whole prompt fits
-          (`admission_gate="full-prompt"`, `scheduler_reserve_full_isl`), and with chunked prefill off the
-          waiting loop ends at a prompt over the budget left (`waiting_over_budget="stop"`); no watermark
-          (vLLM's default), and one given is kept free while some request runs
-          (`watermark_rule="while-running"`, vLLM 0.24.0 and later).
+        - `vllm-latest`: vLLM 0.23.0 to 0.33.0 (0.34.0, read, is not covered: DESIGN.md §Presets): freed
+          blocks without a key to the head of the free queue (`free_order="lifo_unhashed"`), admission only
+          if the whole prompt fits (`admission_gate="full-prompt"`, `scheduler_reserve_full_isl`), and with
+          chunked prefill off the waiting loop ends at a prompt over the budget left
+          (`waiting_over_budget="stop"`); no watermark (vLLM's default), and one given is kept free while
+          some request runs (`watermark_rule="while-running"`, vLLM 0.24.0 and later).
         - `vllm-0.20`: vLLM 0.20.0 to 0.22.1: the full-prompt gate, classic free order, stop.
         - `vllm-0.19`: vLLM 0.19.0 to 0.19.1: as `vllm-0.20`, with `gpu_memory_utilization` 0.9 (0.20.0
           raised vLLM's default to 0.92, the knob's; every older preset sets 0.9 too).
