@@ -612,6 +612,24 @@ def test_admissions_that_wait_for_blocks_below_a_full_pool_are_not_called_calm(c
     assert large["summary"]["queueing_s_p99"] < 0.5 * s["queueing_s_p99"]
 
 
+def test_a_hybrid_pool_is_judged_by_every_groups_blocks(capsys):
+    """A hybrid pool's admissions are bounded by every KV-cache group's blocks (gpt-oss-20b: full attention
+    and a 128-token window, 375 blocks each for a 6,000-token prompt, the window's cap above that): on 1,100
+    blocks one request runs (750 of them) and the next waits for blocks, the pool peaking at ~68 % with
+    nothing preempted: no "not memory-bound" note. The hybrid pools once got the note never (Qwen3-Next at
+    0.8 % of its pool); on 6,000 blocks the same load is calm and says so."""
+    argv = ["run", "--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--requests", "60", "--time-model", "ticks"]
+    argv += ["--workload", "synthetic:lengths=fixed,prompt_len=6000,output_len=200,arrival_rate=1"]
+    small = _json(capsys, [*argv, "--num-gpu-blocks-override", "1100"])
+    s = small["summary"]
+    assert (s["preemptions"], s["rejected"], s["peak_batch"]) == (0, 0, 1)
+    assert 0.6 < s["peak_allocated_fraction"] < 0.9  # (750 of 1,100: the first request's two groups)
+    assert not any(n.startswith("not memory-bound") for n in small["notes"]), small["notes"]
+    large = _json(capsys, [*argv, "--num-gpu-blocks-override", "6000"])
+    assert large["summary"]["peak_allocated_fraction"] < 0.5
+    assert any(n.startswith("not memory-bound") for n in large["notes"]), large["notes"]
+
+
 @pytest.mark.parametrize(
     ("gpu", "tokens", "seqs"), [("h100-80gb", 8192, 1024), ("a100-80gb", 2048, 256), ("b200", 16384, 1024)]
 )

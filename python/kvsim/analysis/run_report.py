@@ -275,18 +275,24 @@ def admissions_never_waited_for_memory(result: Any, workload: Any) -> bool:
     every request's admission need (at most its whole prompt's blocks, prefix hits included, plus the
     watermark) fits in what was left. An admission comes after the step's running phase and before
     anything it frees (DESIGN.md §Engine, "One step"), so the blocks allocated when it is decided are at
-    most those the step records. Told only of the engine's usual pool (paged, one full-attention group,
-    no promised blocks); False otherwise (the notes then claim nothing about memory)."""
+    most those the step records. A hybrid pool (several KV-cache groups sharing its blocks) bounds the
+    need by every group's blocks for the longest prompt, a window's and a state's at their caps
+    (`kv_groups.peak_blocks`, what rejection at arrival compares; it once claimed nothing for them, and
+    Qwen3-Next peaking at 0.8 % of its pool got no note). Told only of paged pools without promised
+    blocks; False otherwise (the notes then claim nothing about memory)."""
     import numpy as np
 
+    from kvsim.reference.kv_groups import peak_blocks
+
     cfg, s = result.config, result.summary
-    layout = cfg.pool.layout if cfg.pool is not None else None
-    if cfg.is_contiguous or cfg.policy == "reserve" or (layout is not None and layout.hybrid):
+    if cfg.is_contiguous or cfg.policy == "reserve":
         return False
     if not len(workload):
         return True
-    bs = cfg.engine_block_size
-    need = int(-(-np.asarray(workload.prompt_len, dtype=np.int64).max() // bs)) + cfg.watermark_blocks
+    longest = int(np.asarray(workload.prompt_len, dtype=np.int64).max())
+    groups = cfg.kv_groups
+    blocks = peak_blocks(groups, longest) if groups else -(-longest // cfg.engine_block_size)
+    need = blocks + cfg.watermark_blocks
     # (the peak as the summary gives it, a fraction of the capacity: whole blocks, up to rounding; a
     # fleet's is its fullest replica's)
     peak_blocks = math.ceil(s.get("peak_allocated_fraction", 0.0) * cfg.capacity_blocks - 1e-6)

@@ -33,6 +33,23 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def peak_blocks(groups: Sequence[GroupSpec], last: int) -> int:
+    """Blocks of all `groups` a request whose tokens reach `last` holds at most: full attention every
+    token's, a window at most its admission cap, local chunks too, one block more where a chunk is no
+    multiple of the block (vLLM's cap, `ceil((A + in flight) / B)`, misses the block a chunk starting inside
+    one takes: a request needing it would preempt itself and be readmitted forever), a state its one block
+    (what rejection at arrival compares, and `run_report.admissions_never_waited_for_memory` bounds a
+    prompt's admission by)."""
+    total = 0
+    for spec in groups:
+        n = _cdiv(last, spec.block_size)
+        if spec.cap is not None:
+            straddles = spec.kind == "chunked_local" and spec.window % spec.block_size != 0
+            n = min(n, spec.cap + straddles)
+        total += n
+    return total
+
+
 @dataclass(frozen=True)
 class GroupSpec:
     """One KV-cache group as the engine sees it.

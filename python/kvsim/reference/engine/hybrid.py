@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
-from kvsim.reference.kv_groups import NULL, HybridKVCacheManager, Lookup
+from kvsim.reference.kv_groups import NULL, HybridKVCacheManager, Lookup, peak_blocks
 
 NEVER = -1
 SKIP = -2
@@ -20,20 +20,9 @@ class Hybrid(State):
     hkv: HybridKVCacheManager
 
     def hybrid_peak_blocks(self, s: Seq) -> int:
-        """Blocks of all groups the sequence holds at most: full attention every token's, a window at most
-        its admission cap, local chunks too, one block more where a chunk is no multiple of the block
-        (vLLM's cap, `ceil((A + in flight) / B)`, misses the block a chunk starting inside one takes: a
-        request needing it would preempt itself and be readmitted forever), a state its one block (what
-        rejection at arrival compares)."""
-        last = s.prompt_len + s.target - 1
-        total = 0
-        for spec in self.hkv.groups:
-            n = -(-last // spec.block_size)
-            if spec.cap is not None:
-                straddles = spec.kind == "chunked_local" and spec.window % spec.block_size != 0
-                n = min(n, spec.cap + straddles)
-            total += n
-        return total
+        """Blocks of all groups the sequence holds at most, through its last token (`kv_groups.peak_blocks`:
+        what rejection at arrival compares)."""
+        return peak_blocks(self.hkv.groups, s.prompt_len + s.target - 1)
 
     def hybrid_lookup(self, s: Seq) -> Lookup:
         """A waiting request's prefix lookup over every group (vLLM's `find_longest_cache_hit`, up to its
