@@ -618,7 +618,17 @@ def test_a_hybrid_pool_is_judged_by_every_groups_blocks(capsys):
     blocks one request runs (750 of them) and the next waits for blocks, the pool peaking at ~68 % with
     nothing preempted: no "not memory-bound" note. The hybrid pools once got the note never (Qwen3-Next at
     0.8 % of its pool); on 6,000 blocks the same load is calm and says so."""
-    argv = ["run", "--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--requests", "60", "--time-model", "ticks"]
+    argv = [
+        "run",
+        "--model",
+        "gpt-oss-20b",
+        "--gpu",
+        "h100-80gb",
+        "--requests",
+        "60",
+        "--time-model",
+        "ticks",
+    ]
     argv += ["--workload", "synthetic:lengths=fixed,prompt_len=6000,output_len=200,arrival_rate=1"]
     small = _json(capsys, [*argv, "--num-gpu-blocks-override", "1100"])
     s = small["summary"]

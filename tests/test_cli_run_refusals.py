@@ -645,7 +645,9 @@ def test_a_block_size_a_mamba_state_raises_is_said_and_saved_as_the_pools(capsys
     sizing = saved["pool_sizing"]
     assert (sizing["block_size"], sizing["block_size_given"]) == (576, 32)
     assert {g["block_size"] for g in sizing["kv_groups"]} == {576}
-    assert sizing["tokens"] == sizing["num_blocks"] * 576
+    assert sizing["token_slots"] == sizing["num_blocks"] * 576
+    # (a hybrid pool's blocks serve several groups: its `tokens` is vLLM's "GPU KV cache size", not the slots)
+    assert sizing["tokens"] == sizing["startup"]["gpu_kv_cache_tokens"] != sizing["token_slots"]
     # A size the state needs no raise for, and a model without states: no note, the two sizes agree.
     for run, size in ((argv, "576"), (LLAMA_ON_H100, "32")):
         assert main([*run, "--block-size", size, "--json"]) == 0

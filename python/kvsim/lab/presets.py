@@ -542,7 +542,7 @@ def mooncake() -> Preset:
         step=200,
         segment_names={int(i): f"mooncake-{int(i)}" for i in ids},
         request_names=[f"req-{i + 1}" for i in range(len(w))],
-        max_tokens=f"max_tokens {MOONCAKE_MAX_TOKENS:,} each, the trace recording none",
+        max_tokens=f"max_tokens {MOONCAKE_MAX_TOKENS:,} each (the trace records each output length, not the max_tokens sent)",
     )
 
 

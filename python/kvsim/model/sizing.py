@@ -291,9 +291,15 @@ class PoolSizing:
                 for g in self.layout.groups
             ]
             out["bytes_per_block"] = self.layout.bytes_per_block
+        # (`tokens`: what the pool holds; a hybrid pool's blocks serve several groups, so its blocks ×
+        # block size, `token_slots`, is no capacity (gpt-oss-120b on an H100: 225,008 slots beside vLLM's
+        # "GPU KV cache size: 199,811 tokens"): its `tokens` is vLLM's figure, None without one)
+        hybrid = self.layout is not None and not self.layout.single_full
+        figure = None if self.figures is None else self.figures.kv_cache_tokens
         return {
             **out,
-            "tokens": self.tokens,
+            "tokens": figure if hybrid else self.tokens,
+            "token_slots": self.tokens,
             "pool_bytes": self.pool_bytes,
             "line": self.line(),
         }
