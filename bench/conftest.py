@@ -72,6 +72,11 @@ def record(benchmark, group: str, backend: str) -> None:
     _TIMINGS.setdefault(group, {})[backend] = (stats.stats.median, dict(benchmark.extra_info), _CURRENT[0])
 
 
+def _when() -> str:
+    """Now, as every table's header dates its measurement (`2026-12-07 09:55 UTC`)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def _machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -182,7 +187,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if exitstatus != 0 or not RESULTS_README.exists() or not (rows or _TARGETS):
         return
     command = "python -m pytest " + " ".join(a for a in sys.argv[1:] if not a.startswith("--benchmark-json"))
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    when = _when()
     load = (
         f" Load average (1 min) at the start: {_LOAD[0]:.2f}, at the end: {os.getloadavg()[0]:.2f}."
         if _LOAD

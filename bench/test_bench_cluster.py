@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pytest
 
 import kvsim
-from bench.conftest import RESULTS_README, _machine
+from bench.conftest import RESULTS_README, _machine, _when
 from kvsim.engine.engine_input import prepare
 from kvsim.engine.rust_engine import run, run_cluster
 from kvsim.workloads import synthetic
@@ -139,7 +139,8 @@ def _write(medians: dict[str, float], times: dict[str, list[float]]) -> None:
             "<!-- cluster-bench:begin -->",
             "Command: `python -m pytest bench/test_bench_cluster.py --benchmark-enable` "
             f"({REQUESTS:,} requests over {REPLICAS} replicas against {REPLICAS} runs of {REQUESTS // REPLICAS:,}; "
-            f"Rust core only; {ROUNDS} rounds after a warm-up, the sides taking turns, medians). Machine: {_machine()}. "
+            f"Rust core only; {ROUNDS} rounds after a warm-up, the sides taking turns, medians), {_when()}. "
+            f"Machine: {_machine()}. "
             f"Load average (1 min) at the end: {os.getloadavg()[0]:.2f}. The single runs' rounds: "
             + ", ".join(f"{t:.2f}" for t in times["singles"])
             + " s.",

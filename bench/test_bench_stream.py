@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from bench.conftest import RESULTS_README, _machine
+from bench.conftest import RESULTS_README, _machine, _when
 
 _RUNS: list[dict] = []
 RUNS = [("memory", 10**7), ("stream", 10**7)] + (
@@ -40,7 +40,7 @@ def _write() -> None:
     lines = [
         "<!-- stream-bench:begin -->",
         "Command: `KVSIM_BENCH_1E8=1 python -m pytest bench/test_bench_stream.py --benchmark-enable -q -s` "
-        f"(each run a `python -m bench.stream_run MODE N` process). Machine: {_machine()}.",
+        f"(each run a `python -m bench.stream_run MODE N` process), {_when()}. Machine: {_machine()}.",
         "",
         "| run | requests | wall | peak RSS | completed | steps | e2e p50 | e2e p99 | load at start |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",

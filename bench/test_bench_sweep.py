@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from bench.conftest import RESULTS_README, _machine, target
+from bench.conftest import RESULTS_README, _machine, _when, target
 from kvsim.analysis.sweep import SweepSpec, parse_grid_args, run_sweep
 
 REQUESTS = int(os.environ.get("KVSIM_SWEEP_BENCH_REQUESTS", "1000000"))
@@ -42,7 +42,7 @@ def _write() -> None:
         [
             "<!-- sweep-bench:begin -->",
             f"Command: `python -m pytest bench/test_bench_sweep.py --benchmark-enable` "
-            f"({REQUESTS:,} requests per point). Machine: {_machine()}.",
+            f"({REQUESTS:,} requests per point), {_when()}. Machine: {_machine()}.",
             "",
             "| measurement | value | target |",
             "|---|---:|---:|",

@@ -330,7 +330,7 @@ def blocks_the_gpu_holds(res: Results) -> int | None:
         cfg = SimConfig(**{k: first[k] for k in keys if first.get(k) is not None})
     except InvalidArgumentError:
         return None
-    return cfg.num_blocks - 1
+    return None if cfg.num_blocks is None else cfg.num_blocks - 1
 
 
 def trace_ceilings(
