@@ -808,3 +808,27 @@ def test_save_result_at_a_file_fails_before_the_run(capsys, tmp_path):
     f.write_text("x")
     line = _error(capsys, [*SMALL, "--save-result", str(f)])
     assert "--save-result" in line
+
+
+def test_a_default_run_says_its_scheduling_is_synchronous_where_vllms_is_not(capsys):
+    """vLLM 0.19.0 and later schedule asynchronously by default; kvsim's unset `async_scheduling` runs its
+    engine synchronously (DESIGN.md §Departures), which no line said. The note says so, and whether
+    --async-scheduling runs vLLM's rule here or why not (the refusal SimConfig gives); a set knob, or rules
+    vLLM never scheduled asynchronously (another policy), get no note."""
+    base = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "20"]
+
+    def said(argv):
+        return [n for n in _json(capsys, argv)["notes"] if n.startswith("scheduling is synchronous here")]
+
+    (note,) = said(base)
+    assert "vLLM 0.19.0 and later schedule asynchronously by default" in note
+    assert "--async-scheduling runs vLLM's rule" in note
+    assert said([*base, "--async-scheduling"]) == said([*base, "--no-async-scheduling"]) == []
+    (tier,) = said([*base, "--kv-offloading-size", "8"])
+    assert tier.endswith(
+        "kvsim does not model that rule for this run (async_scheduling True is not modelled with a CPU tier "
+        "(kv_offloading_size))"
+    )
+    with pytest.raises(kvsim.InvalidArgumentError, match="CPU tier"):  # (what the note quotes)
+        kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=8, async_scheduling=True)
+    assert said([*base, "--policy", "orca-max", "--max-model-len", "8192"]) == []

@@ -48,6 +48,8 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
             f"times are ticks ({why}): every step takes {tick} (time_model ticks, --iteration-time-ps), so "
             f"the duration, the throughputs and the latencies count steps, not a GPU's time; {how}"
         )
+    if (scheduling := async_note(cfg)) is not None:
+        notes.append(scheduling)
     refusal = cfg.pool.vllm_refusal if cfg.pool is not None else None
     if refusal is not None:
         # (a pool in bytes without a GPU, or any pool in blocks: kvsim's experiment, run)
@@ -219,6 +221,38 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
                 f"prefix caching is on, but {info['name']} cannot hit the cache across requests ({why}): "
                 f"its hit rate on first admissions is 0 whatever the cache{resumed}"
             )
+
+
+ASYNC_RULE = (
+    "vLLM 0.19.0 and later schedule asynchronously by default (a request arriving during a step is "
+    "scheduled a step later than here, a finished request's seat and blocks are free a step later)"
+)
+
+
+def async_note(cfg: Any) -> str | None:
+    """What a run whose `async_scheduling` is unset (vLLM's default deployment, kvsim's engine synchronous:
+    DESIGN.md §Departures) says of its scheduling: that vLLM's default is asynchronous, and whether
+    `--async-scheduling` runs that rule for this configuration or why kvsim cannot (the refusal
+    `SimConfig(async_scheduling=True)` gives); None where the knob is set, or for rules vLLM v1 never
+    scheduled asynchronously (another policy, swapping, fork-cow sampling, v0's append check)."""
+    from kvsim.errors import InvalidArgumentError
+
+    v1 = (cfg.policy, cfg.preemption, cfg.sampling, cfg.append_check) == (
+        "vllm",
+        "recompute",
+        "independent",
+        "exact",
+    )
+    if cfg.async_scheduling is not None or not v1:
+        return None
+    try:
+        cfg.replace(async_scheduling=True)
+    except InvalidArgumentError as exc:
+        return f"scheduling is synchronous here, while {ASYNC_RULE}; kvsim does not model that rule for this run ({exc})"
+    return (
+        f"scheduling is synchronous here, while {ASYNC_RULE}: --async-scheduling runs vLLM's rule (DESIGN.md "
+        '§Engine, "Asynchronous scheduling"); --no-async-scheduling is vLLM\'s synchronous deployment'
+    )
 
 
 def pd_decode_queue(result: Any) -> tuple[float | None, dict[str, float] | None]:
