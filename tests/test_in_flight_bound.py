@@ -113,7 +113,7 @@ def test_the_cli_carries_three_states(capsys):
         "async_scheduling True is not modelled for Mamba groups with prefix caching"
         in capsys.readouterr().err
     )
-    gemma = "run --model gemma-3-27b --gpu h200 --async-scheduling --requests 2 --json".split()
+    gemma = ["run", "--model", "gemma-3-27b", *args[3:], "--async-scheduling"]
     assert main(gemma) == 0
     assert json.loads(capsys.readouterr().out)["config"]["async_scheduling"] is True
 
