@@ -20,6 +20,7 @@ from kvsim.workloads import Workload
 from tests.test_dp_groups import assert_backends_agree
 from tests.test_engine_differential import assert_same, workloads
 from tests.test_hybrid_engine import hybrid_configs, toy
+from tests.test_streaming import assert_stream_equals_whole
 
 
 def asynchronous(cfg: kvsim.SimConfig) -> kvsim.SimConfig:
@@ -59,6 +60,12 @@ def test_hybrid_fleets_and_groups_agree_under_async_scheduling(w, base, data):
     group = data.draw(st.sampled_from([1, 2]))
     spec = dataclasses.replace(router_spec(cfg), name=router, dp_group=group)
     assert_backends_agree(w, [cfg] * 2, spec, group)
+
+
+@given(workloads(max_requests=30), hybrid_configs(), st.integers(1, 31))
+def test_chunked_hybrid_runs_equal_whole_runs_under_async_scheduling(w, cfg, size):
+    # A stream's engine pauses between chunks; each sequence's tokens in flight must survive the pause.
+    assert_stream_equals_whole(w, asynchronous(cfg), size)
 
 
 SWA = toy([Layer("sliding_window", 32), Layer("full")], "swa")
