@@ -27,7 +27,9 @@ Each scenario builds vLLM's `KVCacheConfig` from the groups it names (kinds, win
 order), drives `vllm.v1.core.sched.scheduler.Scheduler` step by step (requests join before the step of
 their arrival; a request that has computed all its tokens samples one token, a fresh token id, until
 `max_tokens`), and writes one JSON file: the scenario, then per step the tokens each request was
-scheduled, its block table in every group (0: the null block) and the free blocks. `tests/test_hybrid_
+scheduled, its block table in every group (0: the null block) and the free blocks. The scenarios of
+`ASYNC_SCENARIOS` are also recorded under vLLM's `AsyncScheduler` (`async_<name>.json`, `_drive_async`:
+the engine core's batch queue of two, each step's start `t` recorded). `tests/test_hybrid_
 golden.py` replays each scenario on both of kvsim's engines and compares. kvsim never imports vLLM: CI
 reads the files only.
 """
@@ -485,7 +487,7 @@ def token_ids(segments: list[tuple[int, int]]) -> list[int]:
     return [c * 100_000 + i for c, n in segments for i in range(n)]
 
 
-def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
+def record(name: str, sc: dict[str, Any], async_scheduling: bool = False) -> dict[str, Any]:
     import torch
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
@@ -506,7 +508,9 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     init_none_hash(sha256)
     caching = sc.get("enable_prefix_caching", True)
     attn_bs = min(bs for kind, _, bs in sc["groups"] if kind != "mamba")
-    vc = _vllm_config(attn_bs, sc["max_num_batched_tokens"], sc["max_num_seqs"], 256, caching, False)
+    vc = _vllm_config(
+        attn_bs, sc["max_num_batched_tokens"], sc["max_num_seqs"], 256, caching, async_scheduling
+    )
     vc.cache_config.num_gpu_blocks = sc["num_blocks"]
     has_mamba = any(kind == "mamba" for kind, _, _ in sc["groups"])
     mamba_mode = "align" if caching and has_mamba else "none"
@@ -546,6 +550,15 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     import math
 
     sched_bs = math.lcm(*(g[2] for g in sc["groups"]))
+    if async_scheduling:
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+        s = AsyncScheduler(
+            vc, kvc, StructuredOutputManager(vc), block_size=sched_bs, hash_block_size=sched_bs
+        )
+        hasher = get_request_block_hasher(sched_bs, sha256)
+        steps = _drive_async(s, sc, hasher, Request, SamplingParams, ModelRunnerOutput)
+        return {"name": f"async_{name}", "vllm": "0.33.0", **sc, "async_scheduling": True, "steps": steps}
     s = Scheduler(vc, kvc, StructuredOutputManager(vc), block_size=sched_bs, hash_block_size=sched_bs)
     hasher = get_request_block_hasher(sched_bs, sha256)
     pending = list(enumerate(sc["requests"]))
@@ -584,6 +597,85 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "vllm": "0.33.0", **sc, "steps": steps}
 
 
+# Scenarios also recorded under vLLM's `AsyncScheduler` (`async_<name>.json`): those whose groups kvsim's
+# `async_scheduling` rule covers (windows, local chunks, states without prefix caching).
+ASYNC_SCENARIOS = [
+    "swa_full_sharing",
+    "gpt_oss_like_pressure",
+    "gemma_like_groups",
+    "chunked_local_full",
+    "window_only_model",
+    "mamba_full_no_caching",
+]
+
+
+def _drive_async(
+    s: Any, sc: dict[str, Any], hasher: Any, Request: Any, SamplingParams: Any, MRO: Any
+) -> list:
+    """vLLM's `EngineCore.step_with_batch_queue` with a queue of two and every step one tick (1 ms) long:
+    a step is scheduled while the one before it runs (at that step's start, taking the requests arrived by
+    then) and launched; the outputs of the step before then arrive (`update_from_output`). An empty
+    schedule with a step in flight waits for that step's outputs and schedules again at its end (the clock
+    the next step starts at). Recorded per step launched: its start `t` (ms), the tokens scheduled, then
+    the tables and free blocks once the step before's outputs arrived (its finishers freed), as kvsim's
+    event log holds them at the step's start."""
+    pending = list(enumerate(sc["requests"]))
+    steps: list[dict[str, Any]] = []
+    in_flight = None  # (SchedulerOutput, {request: sampled})
+    t = 0  # the start of the next step launched
+    for _ in range(1000):
+        now = t - 1 if in_flight is not None else t  # when this schedule runs
+        for rid, (arrival, segments, max_tokens) in list(pending):
+            if arrival <= now:
+                params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+                s.add_request(Request(str(rid), token_ids(segments), params, None, block_hasher=hasher))
+                pending.remove((rid, (arrival, segments, max_tokens)))
+        out = s.schedule()
+        if not out.num_scheduled_tokens:
+            if in_flight is not None:
+                _outputs(s, *in_flight, MRO)
+                in_flight = None
+                continue
+            if pending:
+                t = max(t, min(arrival for _, (arrival, _, _) in pending))
+                continue
+            assert not s.has_requests(), "nothing schedulable"
+            break
+        # A request whose scheduled tokens reach its end samples a token (vLLM's `is_prefill_chunk`).
+        sampled = {r: not s.requests[r].is_prefill_chunk for r in out.num_scheduled_tokens}
+        if in_flight is not None:
+            _outputs(s, *in_flight, MRO)
+        coordinator = s.kv_cache_manager.coordinator
+        steps.append(
+            {
+                "t": t,
+                "scheduled": dict(out.num_scheduled_tokens.items()),
+                "tables": {
+                    r: [[b.block_id for b in g] for g in coordinator.get_blocks(r)]
+                    for r in sorted(s.requests, key=int)
+                    if any(coordinator.get_blocks(r))
+                },
+                "free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
+            }
+        )
+        in_flight = (out, sampled)
+        t += 1
+    return steps
+
+
+def _outputs(s: Any, out: Any, sampled: dict[str, bool], MRO: Any) -> None:
+    """A step's outputs reach the scheduler: a fresh token id for each request it sampled."""
+    ids = list(out.num_scheduled_tokens)
+    tokens = []
+    for r in ids:
+        req = s.requests.get(r)
+        n = req.num_output_tokens if req is not None else 0
+        tokens.append([900_000 + int(r) * 1000 + n] if sampled[r] else [])
+    s.update_from_output(
+        out, MRO(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=tokens)
+    )
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[1] if len(argv) > 1 else "tests/data/vllm_hybrid")
     out.mkdir(parents=True, exist_ok=True)
@@ -600,6 +692,12 @@ def main(argv: list[str]) -> int:
         data = record(name, sc)
         (out / f"{name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
         print(f"{name}: {len(data['steps'])} steps")
+    for name in ASYNC_SCENARIOS:
+        if only and f"async_{name}" not in only:
+            continue
+        data = record(name, SCENARIOS[name], async_scheduling=True)
+        (out / f"async_{name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
+        print(f"async_{name}: {len(data['steps'])} steps")
     return 0
 
 

@@ -1,7 +1,8 @@
 """kvsim against vLLM 0.33.0's own scheduler on hybrid KV-cache layouts (DESIGN.md §Hybrid attention).
 
 `scripts/vllm_hybrid_golden.py` drove vLLM's real `Scheduler` and KV-cache manager (on CPU, from its PyPI
-wheel) through each scenario and recorded, after every step's scheduling, the tokens each request was
+wheel; `async_*.json`: its `AsyncScheduler` under the engine core's batch queue of two, kvsim's
+`async_scheduling`) through each scenario and recorded, after every step's scheduling, the tokens each request was
 scheduled, its block table in every group and the free blocks (`tests/data/vllm_hybrid/*.json`). Both of
 kvsim's engines replay the same requests and must make the same decisions with the same block ids: the
 tables are rebuilt from kvsim's event log (prefix hits and allocations append to a group's table, a
@@ -56,6 +57,8 @@ def config_of(sc: dict) -> kvsim.SimConfig:
         enable_prefix_caching=sc.get("enable_prefix_caching", True),
         hybrid_kv_cache_manager=manager,
         prefix_cache_retention_interval=sc.get("prefix_cache_retention_interval", 0),
+        # (vLLM's `AsyncScheduler` recorded: `async_*.json`; else its `Scheduler`, kvsim's synchronous engine)
+        async_scheduling=True if sc.get("async_scheduling") else None,
     )
     assert [(g.kind, g.window if g.kind != "mamba" else 0, g.block_size) for g in cfg.kv_groups] == [
         tuple(g) for g in sc["groups"]
@@ -102,6 +105,27 @@ def tables_by_step(res: kvsim.SimResult, groups: int) -> dict[int, dict[str, lis
     return out
 
 
+def timed(sc: dict) -> list[tuple[int, dict]]:
+    """The recorded steps with their starts in ms: a synchronous recording's step `j` starts at `j`; an
+    asynchronous one (`async_*.json`) says when (`t`: an empty batch scheduled again takes no time)."""
+    return [(step.get("t", j), step) for j, step in enumerate(sc["steps"])]
+
+
+# Recordings whose block ids part from kvsim's by a departure (DESIGN.md §Engine, "Asynchronous
+# scheduling": vLLM keys a block a decode fills when the token arrives, a step after kvsim keys it): there
+# the decisions are compared (tokens scheduled, each group's table length, free blocks), not the ids.
+KEY_LAG = {
+    # Request 2's decode at step 7 fills block 11 (full group); step 8 preempts it. kvsim keyed 11 at its
+    # step-7 allocation and frees it to the free queue's tail; vLLM had not (step 7's token had not come
+    # back) and frees it unkeyed to the head, where step 10's allocations take it.
+    "async_gpt_oss_like_pressure",
+}
+
+
+def shapes(tables: dict[str, list[list[int]]]) -> dict[str, list[int]]:
+    return {r: [len(g) for g in t] for r, t in tables.items()}
+
+
 @pytest.mark.parametrize("name", SCENARIOS)
 @pytest.mark.parametrize("backend", ["rust", "reference"])
 def test_kvsim_makes_vllms_decisions(name, backend):
@@ -115,15 +139,22 @@ def test_kvsim_makes_vllms_decisions(name, backend):
         round(t * 1000): f // cfg.engine_block_size
         for t, f in zip(ts["time_s"], ts["free_tokens"], strict=True)
     }
-    for ms, step in enumerate(sc["steps"]):
+    ids_differ = False
+    for ms, step in timed(sc):
         theirs = {r: [[b for b in g if b != 0] for g in t] for r, t in step["tables"].items()}
         if not step["scheduled"]:
             continue
-        assert ours.get(ms, {}) == theirs, f"step {ms}: kvsim {ours.get(ms)} vs vLLM {theirs}"
+        if name in KEY_LAG:
+            assert shapes(ours.get(ms, {})) == shapes(theirs), f"step {ms}: kvsim {ours.get(ms)} vs {theirs}"
+            ids_differ = ids_differ or ours.get(ms, {}) != theirs
+        else:
+            assert ours.get(ms, {}) == theirs, f"step {ms}: kvsim {ours.get(ms)} vs vLLM {theirs}"
         assert free_by_ms[ms] == step["free_blocks"], f"step {ms}: free blocks"
+    # (an exempted recording that came out equal block for block needs its exemption no more)
+    assert ids_differ == (name in KEY_LAG)
     # Per request: the step vLLM first scheduled it, and every request finished.
     first: dict[int, int] = {}
-    for ms, step in enumerate(sc["steps"]):
+    for ms, step in timed(sc):
         for r in step["scheduled"]:
             first.setdefault(int(r), ms)
     req = res.requests.sort("request_id")

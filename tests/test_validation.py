@@ -92,9 +92,9 @@ def test_the_default_replays_a_0_19_run_with_the_rule_and_the_sync_flag_without(
 
 
 def test_a_run_the_rule_is_not_modelled_for_says_so_and_replays_synchronously(monkeypatch):
-    """A vLLM 0.19.0 run whose configuration `SimConfig` refuses the rule for (a hybrid model, a CPU tier, a
-    prefill pool) is replayed from `queued_ts` without it, and its sentence says why; none of the three runs
-    is such (each is replayed with the rule)."""
+    """A vLLM 0.19.0 run whose configuration `SimConfig` refuses the rule for (Mamba groups with prefix
+    caching, a CPU tier, a prefill pool) is replayed from `queued_ts` without it, and its sentence says why;
+    none of the three runs is such (each is replayed with the rule)."""
     n = 8
     t = np.arange(n, dtype=float)
     run = v.Run(
@@ -102,7 +102,7 @@ def test_a_run_the_rule_is_not_modelled_for_says_so_and_replays_synchronously(mo
         path=Path("."),
         meta={"vllm_version": "0.19.0", "engine_kwargs": {"max_num_seqs": 8, "max_num_batched_tokens": 2048}},
         gpu="rtx-pro-6000",
-        model="gemma-3-27b",
+        model="nemotron-3-nano-30b-a3b",
         arrival=t,
         scheduled=t,
         first_token=t + 1,
@@ -116,9 +116,13 @@ def test_a_run_the_rule_is_not_modelled_for_says_so_and_replays_synchronously(mo
     assert replayed is run
     assert not rule
     assert "kvsim does not model the rule for this run" in note
-    assert "hybrid" in note
+    assert "Mamba groups with prefix caching" in note
     # (an error of the run's own config, the rule aside, is not taken for the rule's refusal)
     import dataclasses
+
+    # A sliding-window model takes the rule (its windows free a step later: DESIGN.md §Engine).
+    windows = dataclasses.replace(run, model="gemma-3-27b")
+    assert v.async_replay(windows)[1]
 
     bad = dataclasses.replace(run, meta={**run.meta, "engine_kwargs": {**run.engine, "max_num_seqs": 0}})
     with pytest.raises(v.InvalidArgumentError, match="max_num_seqs"):

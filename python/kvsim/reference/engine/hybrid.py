@@ -91,11 +91,11 @@ class Hybrid(State):
 
     def hybrid_grow(self, s: Seq, num_new: int, watermark: int) -> list[tuple[int, int]] | None:
         """`num_new` more tokens of `s` (a running sequence, or a held one resumed after its load,
-        `h_resume_loaded`) with `watermark` blocks left free: blocks that left a window are freed first
-        (whether or not the rest fits), then every group's new blocks are allocated if they fit; those
+        `h_resume_loaded`) with `watermark` blocks left free: blocks that left a window by its settled
+        tokens (`settled`) are freed first (whether or not the rest fits), then every group's new blocks are allocated if they fit; those
         blocks, or None if not."""
         kv = self.hkv
-        self.hybrid_remove_skipped(s)
+        self.hybrid_remove_skipped(s, self.settled(s))
         end = s.num_computed + num_new
         checkpoint = kv.needs_checkpoint(s.num_computed, end, s.num_tokens, s.prompt_len)
         if kv.need(s.idx, end, None, s.num_computed, checkpoint=checkpoint) + watermark > kv.num_free_blocks:
@@ -119,11 +119,22 @@ class Hybrid(State):
         model)."""
         self.hybrid_remove_skipped(s)
 
-    def hybrid_remove_skipped(self, s: Seq) -> None:
-        """The blocks `s`'s windows left behind at its computed tokens freed (vLLM's
-        `remove_skipped_blocks`) and logged (`window`). A growth (`hybrid_grow`), a finish on a fleet's
-        replica (`hybrid_connector_finished`) and a finish handed to a CPU tier (`h_finished`) alike."""
-        for b, g in self.hkv.remove_skipped(s.idx, s.num_computed):
+    def settled(self, s: Seq) -> int:
+        """`s`'s computed tokens but those of the step in flight (vLLM's `num_computed_tokens -
+        num_in_flight_tokens`, what `allocate_slots` frees windows on): under `async_scheduling`, while the
+        step before this schedule runs and it scheduled `s`, its tokens there are not yet settled (DESIGN.md
+        §Engine, "Asynchronous scheduling"); otherwise all of them."""
+        if self.async_prev >= 0 and s.flight_step == self.c["num_steps"] - 1:
+            return s.num_computed - s.flight_tokens
+        return s.num_computed
+
+    def hybrid_remove_skipped(self, s: Seq, computed: int | None = None) -> None:
+        """The blocks `s`'s windows left behind at `computed` tokens (its computed tokens if None) freed
+        (vLLM's `remove_skipped_blocks`) and logged (`window`). A growth (`hybrid_grow`, on its settled
+        tokens), a finish on a fleet's replica (`hybrid_connector_finished`) and a finish handed to a CPU
+        tier (`h_finished`) alike."""
+        done = s.num_computed if computed is None else computed
+        for b, g in self.hkv.remove_skipped(s.idx, done):
             self.log("window", s, b, g)
 
     def hybrid_release(self, s: Seq) -> None:

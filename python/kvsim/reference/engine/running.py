@@ -124,7 +124,8 @@ class Running(State):
         """`async_scheduling`'s turn after a schedule (DESIGN.md §Engine, "Asynchronous scheduling"), for
         one engine's step and a DP rank's alike: an empty batch with a step in flight lets that step's
         outputs arrive and asks for the schedule again at `t` (True); otherwise notes whether a step is now
-        in flight. False, doing nothing, without the rule."""
+        in flight and, in a hybrid pool, each scheduled sequence's tokens in it (`Hybrid.settled`). False,
+        doing nothing, without the rule."""
         if not self.cfg.async_scheduling:
             return False
         if not scheduled and self.async_prev >= 0:
@@ -132,6 +133,10 @@ class Running(State):
             self.async_prev = -1
             return True
         self.async_prev = self.t if scheduled else -1
+        if self.hybrid:
+            step = self.c["num_steps"]  # (the index this step is committed under)
+            for s, n in scheduled:
+                s.flight_step, s.flight_tokens = step, n
         return False
 
     def step(self) -> None:

@@ -72,6 +72,10 @@ class Seq:
     # holds its seat and blocks through the next schedule (`retiring`); `freed`: a preemption freed them.
     done: bool = False
     freed: bool = False
+    # async_scheduling, a hybrid pool: the step that last scheduled it and its tokens there (DESIGN.md
+    # §Engine, "Asynchronous scheduling", "A hybrid model's windows free a step later": `Hybrid.settled`).
+    flight_step: int = -1
+    flight_tokens: int = 0
     # ITL (kvsim.engine.metrics): the current run of tokens sampled in consecutive steps, from step `run_first`
     # to `last_step` (its last token at `last_time` ps), and the gap before its first token (-1: the
     # sequence's first token).

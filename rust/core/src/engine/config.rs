@@ -439,11 +439,11 @@ impl EngineConfig {
             && (self.policy != Policy::Vllm
                 || self.preemption != Preemption::Recompute
                 || self.one_free_block
-                || self.groups.is_some()
+                || self.groups.as_ref().is_some_and(Groups::align)
                 || self.tier.is_some())
         {
             invalid_arg!(
-                "async_scheduling takes vLLM v1's rules on one full-attention group: policy 'vllm', preemption 'recompute', append_check 'exact', no hybrid model, no CPU tier"
+                "async_scheduling takes vLLM v1's rules: policy 'vllm', preemption 'recompute', append_check 'exact', no Mamba groups in align mode (prefix caching on), no CPU tier"
             );
         }
         if self.num_blocks < 2 {

@@ -24,6 +24,9 @@ pub(super) struct HybridSeq {
     /// A landed load's state keys, until the waiting pass first reaches it (DESIGN.md §CPU tier, "A
     /// Mamba group"; `h_resume_loaded`).
     pub(super) landed: Vec<crate::kv_groups::StateKeyed>,
+    /// `async_scheduling`: the step that last scheduled it (its index among the steps committed) and its
+    /// tokens there (DESIGN.md §Engine, "Asynchronous scheduling": `Engine::settled`).
+    pub(super) flight: (i128, u64),
 }
 
 /// The tokens of a prefill chunk of `n` from `start` (a request of `num_tokens` tokens, prompt
@@ -197,12 +200,14 @@ impl Engine<'_> {
     }
 
     /// `num_new` more tokens of `k` (a running sequence, or a held one resumed after its load,
-    /// `h_resume_loaded`) with `watermark` blocks left free: blocks that left a window are freed first
+    /// `h_resume_loaded`) with `watermark` blocks left free: blocks that left a window by its settled
+    /// tokens (`settled`) are freed first
     /// (whether or not the rest fits), then every group's new blocks are allocated (`self.group_new`)
     /// if they fit; false if not.
     pub(super) fn hybrid_grow(&mut self, k: usize, num_new: u64, watermark: u64) -> bool {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
-        self.hybrid_remove_skipped(k);
+        let settled = self.settled(k);
+        self.hybrid_remove_skipped_at(k, settled);
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
         };
@@ -286,12 +291,31 @@ impl Engine<'_> {
     /// growth (`hybrid_grow`), a finish on a fleet's replica (`hybrid_connector_finished`) and a finish
     /// handed to a CPU tier (`h_tier_finished`) alike.
     pub(super) fn hybrid_remove_skipped(&mut self, k: usize) {
+        let computed = self.slab[k].num_computed;
+        self.hybrid_remove_skipped_at(k, computed);
+    }
+
+    /// `k`'s computed tokens but those of the step in flight (vLLM's `num_computed_tokens −
+    /// num_in_flight_tokens`, what `allocate_slots` frees windows on): under `async_scheduling`, while the
+    /// step before this schedule runs and it scheduled `k`, its tokens there are not yet settled
+    /// (DESIGN.md §Engine, "Asynchronous scheduling"); otherwise all of them.
+    pub(super) fn settled(&self, k: usize) -> u64 {
+        let s = &self.slab[k];
+        match s.hybrid.as_deref() {
+            Some(hs) if self.async_prev >= 0 && hs.flight.0 == self.out.counters.num_steps - 1 => {
+                s.num_computed - hs.flight.1
+            }
+            _ => s.num_computed,
+        }
+    }
+
+    /// `hybrid_remove_skipped` at `computed` tokens (a growth's settled ones, `settled`).
+    fn hybrid_remove_skipped_at(&mut self, k: usize, computed: u64) {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
         };
         let s = &mut self.slab[k];
-        let computed = s.num_computed;
         let Some(hs) = s.hybrid.as_mut() else {
             return;
         };

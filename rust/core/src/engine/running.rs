@@ -392,7 +392,8 @@ impl Engine<'_> {
     /// `async_scheduling`'s turn after a schedule (DESIGN.md §Engine, "Asynchronous scheduling"), for one
     /// engine's step and a DP rank's alike: an empty batch with a step in flight lets that step's outputs
     /// arrive and asks for the schedule again at `t` (true); otherwise notes whether a step is now in
-    /// flight. False, doing nothing, without the rule.
+    /// flight and, in a hybrid pool, each scheduled sequence's tokens in it (`settled`). False, doing
+    /// nothing, without the rule.
     #[inline]
     pub(super) fn async_turn(&mut self) -> bool {
         if !self.cfg.async_scheduling {
@@ -408,6 +409,14 @@ impl Engine<'_> {
         } else {
             self.t
         };
+        if self.cfg.groups.is_some() {
+            let step = self.out.counters.num_steps; // (the index this step is committed under)
+            for &(k, n) in &self.scheduled {
+                if let Some(hs) = self.slab[k].hybrid.as_deref_mut() {
+                    hs.flight = (step, n);
+                }
+            }
+        }
         false
     }
 

@@ -1,0 +1,181 @@
+"""Asynchronous scheduling for a hybrid model (DESIGN.md §Engine, "Asynchronous scheduling", "A hybrid
+model's windows free a step later"): both engines agree on random hybrid layouts, workloads and tiny pools
+with the rule on; cases worked by hand from vLLM 0.33.0's `KVCacheManager.allocate_slots` (its
+`remove_skipped_blocks` on `num_computed_tokens - num_in_flight_tokens`); Mamba groups with prefix caching
+stay refused by name."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given
+
+import kvsim
+from kvsim.engine.cluster import router_spec
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.layers import Layer, MambaState
+from kvsim.workloads import Workload
+from tests.test_dp_groups import assert_backends_agree
+from tests.test_engine_differential import assert_same, workloads
+from tests.test_hybrid_engine import hybrid_configs, toy
+from tests.test_streaming import assert_stream_equals_whole
+
+
+def asynchronous(cfg: kvsim.SimConfig) -> kvsim.SimConfig:
+    """`cfg` with the rule on; a layout with Mamba groups with prefix caching off (align mode is refused)."""
+    layout = cfg.pool.layout
+    if layout is not None and layout.mamba_align:
+        # (the retention interval was drawn as a multiple of the align layout's scheduler block)
+        return cfg.replace(
+            enable_prefix_caching=False, prefix_cache_retention_interval=0, async_scheduling=True
+        )
+    return cfg.replace(async_scheduling=True)
+
+
+@given(workloads(), hybrid_configs(), st.sampled_from([0, 1, 3]))
+def test_rust_engine_equals_reference_on_hybrid_layouts_under_async_scheduling(w, cfg, every):
+    res = assert_same(w, asynchronous(cfg), every)
+    assert set(res.requests["status"]) <= {"finished", "rejected"}
+
+
+@given(
+    workloads(max_requests=40),
+    hybrid_configs(),
+    st.integers(2, 14),
+    st.integers(1, 16),
+)
+def test_tiny_hybrid_pools_preempt_under_async_scheduling_and_still_agree(w, cfg, num_blocks, seqs):
+    # Pools this small preempt every step, windows' blocks held a step longer among what they weigh.
+    assert_same(w, asynchronous(cfg.replace(num_blocks=num_blocks, max_num_seqs=seqs)))
+
+
+@given(w=workloads(max_requests=30), base=hybrid_configs(), data=st.data())
+def test_hybrid_fleets_and_groups_agree_under_async_scheduling(w, base, data):
+    """Replicas of a hybrid model behind a router reading their state, or data-parallel groups of two
+    ranks: each rank frees its windows on its own step in flight."""
+    cfg = asynchronous(base)
+    router = data.draw(st.sampled_from(["round-robin", "least-kv", "prefix-affinity"]))
+    group = data.draw(st.sampled_from([1, 2]))
+    spec = dataclasses.replace(router_spec(cfg), name=router, dp_group=group)
+    assert_backends_agree(w, [cfg] * 2, spec, group)
+
+
+@given(workloads(max_requests=30), hybrid_configs(), st.integers(1, 31))
+def test_chunked_hybrid_runs_equal_whole_runs_under_async_scheduling(w, cfg, size):
+    # A stream's engine pauses between chunks; each sequence's tokens in flight must survive the pause.
+    assert_stream_equals_whole(w, asynchronous(cfg), size)
+
+
+SWA = toy([Layer("sliding_window", 32), Layer("full")], "swa")
+LOCAL = toy([Layer("chunked_local", 64), Layer("full")], "local")
+
+
+def _window_frees(model, budget: int, async_scheduling: bool, backend: str) -> tuple[list, dict]:
+    cfg = kvsim.SimConfig(
+        model=model,
+        num_blocks=200,
+        block_size=16,
+        max_num_batched_tokens=budget,
+        async_scheduling=async_scheduling,
+    )
+    w = Workload(arrival=[0.0], prompt_len=[400], output_len=[40])
+    res = kvsim.simulate(w, cfg, backend=backend, record_events=True)
+    ev = res.events
+    window = ev.filter(ev["kind"] == "window")
+    return window.group_by("step").len().sort("step").rows(), res.summary
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_window_frees_its_prompt_blocks_a_step_later(backend):
+    """One 400-token prompt in one step on a sliding window of 32 (and a full group), block 16, as
+    tests/test_hybrid_engine.py's window case. Synchronous: step 1's allocation (c = 400) frees
+    `(400 - 31) // 16` = 23 window blocks before it takes block 25, so the window group holds 25 at most.
+    vLLM 0.33.0 under `AsyncScheduler`: step 1 is scheduled while step 0 runs; `_update_after_schedule`
+    made `num_computed_tokens` and `num_in_flight_tokens` 400, so `allocate_slots` frees on
+    `max(0, 400 - 400)` = 0 tokens: nothing, and block 25 joins the 25 prompt blocks (26 held). Step 2
+    (c = 401, step 1's token in flight) frees on 400 tokens: the 23. Each later free comes a step later too
+    (the window's tail crosses block 23 at c = 415 - synchronous step 16 - and block 24 at c = 431)."""
+    sync, s_sum = _window_frees(SWA, 512, False, backend)
+    asyn, a_sum = _window_frees(SWA, 512, True, backend)
+    assert sync == [(1, 23), (16, 1), (32, 1)]
+    assert asyn == [(2, 23), (17, 1), (33, 1)]
+    assert s_sum["peak_group_blocks_0"] == 25
+    assert a_sum["peak_group_blocks_0"] == 26
+    assert s_sum["peak_group_blocks_1"] == a_sum["peak_group_blocks_1"] == 28  # full attention: every block
+    assert s_sum["num_steps"] == a_sum["num_steps"] == 40
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_prefill_chunks_free_on_the_chunk_before_the_last(backend):
+    """The same prompt in chunks of 100 (budget 100). Synchronous: the allocation of chunk k + 1 frees on
+    chunk k's end: 100 -> (100 - 31) // 16 = 4 blocks, 200 -> 10 (6 more), 300 -> 16 (6), then the first
+    decode on 400 -> 23 (7). Under vLLM's rule the allocation of chunk k + 1 has chunk k in flight and
+    frees on chunk k - 1's end: nothing at step 1, then 4, 6, 6, 7 at steps 2-5; the window group holds
+    the blocks of three chunks where synchronous scheduling holds two's."""
+    sync, s_sum = _window_frees(SWA, 100, False, backend)
+    asyn, a_sum = _window_frees(SWA, 100, True, backend)
+    assert sync[:4] == [(1, 4), (2, 6), (3, 6), (4, 7)]
+    assert asyn == [(step + 1, n) for step, n in sync]
+    assert (s_sum["peak_group_blocks_0"], a_sum["peak_group_blocks_0"]) == (9, 15)
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_local_chunks_leave_a_step_later(backend):
+    """Chunked local attention of 64 tokens, block 16: `get_num_skipped_tokens(c)` = 64 floor(c / 64).
+    Synchronous: step 1 (c = 400) frees the 24 blocks of tokens below 384; a decode then frees the chunk
+    of 384-447 only past 448, which 440 tokens never reach. Asynchronous: step 1 frees on 0 tokens, step 2
+    on 400: the same 24 a step later."""
+    sync, s_sum = _window_frees(LOCAL, 512, False, backend)
+    asyn, a_sum = _window_frees(LOCAL, 512, True, backend)
+    assert sync == [(1, 24)]
+    assert asyn == [(2, 24)]
+    assert (s_sum["peak_group_blocks_0"], a_sum["peak_group_blocks_0"]) == (25, 26)
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_finisher_s_window_and_a_schedule_made_again_after_an_empty_batch(backend):
+    """max_num_seqs 1, both at 0: A (prompt 400, 2 tokens, max 2), B (prompt 400, 3 tokens). A prefills
+    at step 0; its last token (step 1) is scheduled while step 0 runs, 400 tokens in flight, so that
+    allocation frees nothing, and A never allocates again: its windows keep all 26 blocks until it is
+    freed (synchronous: 23 leave at step 1). Step 2's schedule (at 1 ms) passes A over and has no seat for
+    B: an empty batch; vLLM waits for step 1's outputs and schedules again at 2 ms with nothing in flight:
+    B's prompt (one step). B's first decode is scheduled while that step runs (400 in flight: nothing
+    freed), its second on 400 tokens: 23 blocks, two steps after its admission."""
+    cfg = kvsim.SimConfig(
+        model=SWA,
+        num_blocks=200,
+        block_size=16,
+        max_num_seqs=1,
+        max_num_batched_tokens=512,
+        async_scheduling=True,
+    )
+    w = Workload(arrival=[0.0, 0.0], prompt_len=[400, 400], output_len=[2, 3], max_tokens=[2, 3])
+    res = kvsim.simulate(w, cfg, backend=backend, record_events=True)
+    ev = res.events
+    window = ev.filter(ev["kind"] == "window")
+    assert window.filter(window["request_id"] == 0).height == 0
+    a_frees = ev.filter((ev["kind"] == "free") & (ev["request_id"] == 0) & (ev["count"] == 0))
+    assert a_frees.height == 26
+    assert list(res.raw.first_scheduled) == [0, 2 * 10**9]
+    b = window.filter(window["request_id"] == 1)
+    assert b.group_by("step").len().rows() == [(4, 23)]
+    sync = kvsim.simulate(w, cfg.replace(async_scheduling=False), backend=backend, record_events=True).events
+    a_sync = sync.filter((sync["kind"] == "window") & (sync["request_id"] == 0))
+    assert a_sync.group_by("step").len().rows() == [(1, 23)]
+
+
+def test_mamba_groups_with_prefix_caching_stay_refused_by_name():
+    state = MambaState(conv_channels=64, conv_width=3, ssm_heads=4, ssm_per_head=208)
+    model = toy([Layer("mamba", state=state), Layer("full")], "ssm")
+    cfg = kvsim.SimConfig(model=model, num_blocks=200, block_size=16, enable_prefix_caching=True)
+    with pytest.raises(InvalidArgumentError, match="not modelled for Mamba groups with prefix caching"):
+        cfg.replace(async_scheduling=True)
+    # Without prefix caching a state's one block spans max_model_len: nothing is ever skipped, so it runs.
+    off = cfg.replace(enable_prefix_caching=False, async_scheduling=True)
+    w = Workload(arrival=[0.0, 0.0], prompt_len=[50, 70], output_len=[5, 4])
+    assert_same(w, off)
+    # A window beside the states is taken, the states' refusal naming the knob.
+    swa = toy([Layer("sliding_window", 32), Layer("full")], "swa")
+    assert kvsim.SimConfig(model=swa, num_blocks=200, block_size=16, async_scheduling=True).async_scheduling
