@@ -203,9 +203,14 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
     if cfg.enable_prefix_caching and not cfg.is_contiguous and len(workload):
         ids = np.asarray(workload.segment_id)
         if len(np.unique(ids)) == len(ids) and s.get("prefix_hit_rate_first_admission", 0.0) == 0.0:
+            meta = getattr(workload, "meta", {})
             why = (
                 "the Azure traces carry no content hashes, so every prompt is its own"
                 if str(info["name"]).startswith("azure")
+                # a file of one's own without a hash_ids column gives no content at all
+                else "the file gives no prompt content, no hash_ids column, so every prompt is taken as unique"
+                if meta.get("format") in ("csv", "jsonl", "parquet")
+                and "hash_ids" not in meta.get("columns", {})
                 else "no two of its prompts share content"
             )
             own = s.get("prefix_hit_rate", 0.0)

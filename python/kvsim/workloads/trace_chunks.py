@@ -26,7 +26,7 @@ import polars as pl
 
 from kvsim.arguments import int_arg
 from kvsim.errors import InvalidArgumentError, TraceFormatError
-from kvsim.workloads import traces
+from kvsim.workloads import trace_table, traces
 from kvsim.workloads.table import Workload
 
 DEFAULT_CHUNK_ROWS = 1 << 16
@@ -181,22 +181,24 @@ def iter_table(
     format: str | None = None,
     on_error: str = "raise",
     first_request_id: int = 0,
+    block_size: int = traces.MOONCAKE_BLOCK,
 ) -> Iterator[Workload]:
     """`load_table(path, ...)` as chunks of at most `chunk_rows` lines or parquet rows (see the module)."""
     traces._check_on_error(on_error)
     p = traces._existing(path)
-    fmt = traces._table_format(p, format)
+    fmt = trace_table._table_format(p, format)
     rows = _chunk_rows(chunk_rows)
     first = int_arg("first_request_id", first_request_id)
 
     def load(piece: Path, done: int) -> Workload:
-        return traces._load_table(
+        return trace_table._load_table(
             piece,
             columns=columns,
             time_unit=time_unit,
             format=fmt,
             on_error=on_error,
             first_request_id=first + done,
+            block_size=block_size,
         )
 
     return _as_chunks(p, rows, _pieces(p, fmt, rows, load))
