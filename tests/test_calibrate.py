@@ -440,3 +440,39 @@ def test_a_report_of_a_gpu_kvsim_knows_keeps_it_and_of_one_it_does_not_takes_gpu
     assert "GPU 'Some Future GPU 96GB' is not a kvsim preset; give --gpu NAME" in _error(argv, capsys)
     assert main([*argv, "--gpu", "h100-80gb", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["gpu"] == "h100-80gb"
+
+
+def test_a_calibration_names_the_model_and_gpu_it_was_fitted_on(capsys):
+    """A newcomer review: `kvsim run --model qwen3-30b-a3b --gpu rtx-pro-6000 --calibration <llama-3.1-8b
+    fit>` named only the file. The time line and --json name the fitted model and GPU, and a run of another
+    model says in a note that the efficiencies were fitted on that one."""
+    run = ["run", "--gpu", "rtx-pro-6000", "--calibration", "rtx-pro-6000-llama-3.1-8b", "--requests", "5"]
+    other = json.loads(_run_json(capsys, [*run, "--model", "qwen3-30b-a3b"]))
+    fitted = "calibration rtx-pro-6000-llama-3.1-8b (fitted on llama-3.1-8b on rtx-pro-6000)"
+    assert other["time"].startswith(f"time: roofline of qwen3-30b-a3b on rtx-pro-6000, {fitted}"), other[
+        "time"
+    ]
+    record = other["calibration"]
+    assert (record["name"], record["kind"], record["model"], record["gpu"]) == (
+        "rtx-pro-6000-llama-3.1-8b",
+        "roofline",
+        "llama-3.1-8b",
+        "rtx-pro-6000",
+    )
+    assert record["source"].startswith("LLMServingSim profile RTXPRO6000/Llama-3.1-8B")
+    said = [n for n in other["notes"] if n.startswith("calibration rtx-pro-6000-llama-3.1-8b was fitted on")]
+    assert len(said) == 1, other["notes"]
+    assert "its efficiencies and per-layer overheads are measured on that model's shapes" in said[0]
+    assert "qwen3-30b-a3b's are priced with them unmeasured" in said[0]
+    same = json.loads(_run_json(capsys, [*run, "--model", "llama-3.1-8b"]))
+    assert fitted in same["time"]
+    assert not any("was fitted on" in n for n in same["notes"])
+    plain = json.loads(
+        _run_json(capsys, ["run", "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000", "--requests", "5"])
+    )
+    assert plain["calibration"] is None
+
+
+def _run_json(capsys, argv):
+    assert main([*argv, "--json"]) == 0
+    return capsys.readouterr().out

@@ -639,6 +639,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         notes.extend(data_parallel_notes(result))
         notes.extend(herd_notes(result))
     notes.extend(encoder_notes(config))
+    calibrated_on = config.calibration_note()
+    if calibrated_on is not None:
+        notes.append(calibrated_on)
     prefill_cfg = getattr(args, "prefill_sim_config", None)
     for note in (block_size_note(config), backend_block_size_note(config)):
         if note is not None:
@@ -652,6 +655,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "argv": getattr(args, "_argv", None),
         "pool": config.pool.line(),
         "time": config.time_line(),
+        "calibration": config.calibration_record(),
         # vLLM's four start-up figures (DESIGN.md §Defaults and sizing), as vLLM logs them.
         "startup": config.pool.figures.lines() if config.pool.figures is not None else [],
         "pool_sizing": config.pool.to_dict(),
