@@ -12,8 +12,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kvsim.errors import TraceFormatError
-from kvsim.workloads import Workload, iter_table, load_mooncake, load_table
+from kvsim.errors import InvalidArgumentError, TraceFormatError
+from kvsim.workloads import Workload, iter_table, load_azure, load_mooncake, load_table
 
 from .cli_run_common import _error, _json
 from .test_traces import TRACES, needs_traces
@@ -97,16 +97,64 @@ def test_a_bad_content_row_is_named(tmp_path: Path, ids: object, reason: str) ->
     assert skipped.equals(load_mooncake(_jsonl(tmp_path / "m.jsonl", ROWS)))
 
 
-def test_a_date_in_the_arrival_column_is_refused_as_a_date(tmp_path: Path) -> None:
-    path = tmp_path / "t.csv"
-    path.write_text("arrival,prompt_len,output_len\n2023-11-16 18:17:03.9799600,10,5\n")
+AZURE_COLUMNS = {"arrival": "TIMESTAMP", "prompt_len": "ContextTokens", "output_len": "GeneratedTokens"}
+# Azure's format, out of order: the earliest stamp is the last row (a chunked load must find it first).
+AZURE_ROWS = [
+    ("2023-11-16 18:17:04.1000000", 396, 109),
+    ("2023-11-16 18:17:05.0000001", 12, 7),
+    ("2023-11-16 18:17:03.9799600", 374, 44),
+]
+
+
+def _azure(path: Path, rows: list = AZURE_ROWS) -> Path:
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows)
+    )
+    return path
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 1, 2])
+def test_a_date_arrival_column_is_read_as_the_azure_loader_reads_it(tmp_path: Path, chunk_rows) -> None:
+    """It failed with "'2023-11-16 18:17:03.9799600' is not a number"; now seconds since the earliest
+    stamp from integer nanoseconds, as `load_azure` (the same rule), whole or in chunks."""
+    path = _azure(tmp_path / "t.csv")
+    if chunk_rows is None:
+        got = load_table(path, columns=AZURE_COLUMNS)
+    else:
+        got = Workload.concat(iter_table(path, chunk_rows=chunk_rows, columns=AZURE_COLUMNS))
+    assert got.equals(load_azure(path))
+    assert got.arrival.tolist() == [0.0, 0.12004, 1.0200401]
+    if chunk_rows is None:
+        assert got.meta["start"] == "2023-11-16 18:17:03.979960000"
+
+
+def test_a_column_of_dates_and_numbers_is_refused_by_row(tmp_path: Path) -> None:
+    dates_first = _azure(tmp_path / "d.csv", [AZURE_ROWS[0], ("12.5", 3, 4)])
     with pytest.raises(TraceFormatError) as info:
-        load_table(path)
-    assert info.value.field == "arrival"
+        load_table(dates_first, columns=AZURE_COLUMNS)
+    assert (info.value.line, info.value.field) == (3, "TIMESTAMP")
+    assert info.value.reason == "'12.5' is not 'YYYY-MM-DD HH:MM:SS.fffffff'"
+    numbers_first = _azure(tmp_path / "n.csv", [("12.5", 3, 4), AZURE_ROWS[0]])
+    with pytest.raises(TraceFormatError) as info:
+        load_table(numbers_first, columns=AZURE_COLUMNS)
+    assert info.value.line == 3
     assert (
         info.value.reason
-        == "'2023-11-16 18:17:03.9799600' is a date, not a number of seconds (or of time_unit)"
+        == "'2023-11-16 18:17:04.1000000' is a date, in a column of numbers (its first row's kind)"
     )
+    with pytest.raises(InvalidArgumentError, match="holds dates, read as seconds since the earliest"):
+        load_table(_azure(tmp_path / "t.csv"), columns=AZURE_COLUMNS, time_unit="ms")
+
+
+@needs_traces
+def test_the_azure_trace_by_path_is_the_registrys(capsys) -> None:
+    path = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+    base = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "200"]
+    cols = ",".join(f"{k}={v}" for k, v in AZURE_COLUMNS.items())
+    own = _json(capsys, [*base, "--workload", str(path), "--trace-columns", cols])
+    assert own["summary"] == _json(capsys, [*base, "--workload", "azure-conv"])["summary"]
+    line = _error(capsys, [*base, "--workload", str(path), "--trace-columns", cols, "--time-unit", "ms"])
+    assert line.startswith("kvsim run: error: argument --trace-time-unit: time_unit 'ms': "), line
 
 
 @needs_traces
@@ -171,19 +219,16 @@ def test_a_file_missing_columns_names_trace_columns_and_the_registrys_workload(
 
 @pytest.mark.parametrize("name", ["AzureLLMInferenceTrace_conv.csv", "mine.csv"])
 def test_an_azure_file_by_path_says_what_to_do(capsys, tmp_path: Path, name: str) -> None:
-    """It failed with "'2023-11-16 18:17:03.9799600' is not a number"."""
-    path = tmp_path / name
-    path.write_text(
-        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,374,44\n"
-        "2023-11-16 18:17:04.1000000,396,109\n"
-    )
+    path = _azure(tmp_path / name)
     run = ["run", "--num-gpu-blocks-override", "400", "--workload", str(path)]
-    cols = ["--trace-columns", "arrival=TIMESTAMP,prompt_len=ContextTokens,output_len=GeneratedTokens"]
-    for argv in (run, [*run, *cols]):
-        line = _error(capsys, argv)
-        assert "not dates: convert them, for example to seconds since the first request" in line, line
-        if name == "mine.csv":
-            assert "its columns are those of the Azure traces (azure-code / azure-conv)" in line
-        else:
-            assert "its name is that of the trace --workload azure-conv reads" in line
-    assert "is a date, not a number of seconds" in line
+    line = _error(capsys, run)
+    assert line.endswith(
+        "; as a file workload: --trace-columns arrival=TIMESTAMP,prompt_len=ContextTokens,output_len=GeneratedTokens "
+        "(its dates are read as seconds since the earliest)"
+    ), line
+    if name == "mine.csv":
+        assert "its columns are those of the Azure traces (azure-code / azure-conv)" in line
+    else:
+        assert "its name is that of the trace --workload azure-conv reads" in line
+    cols = ",".join(f"{k}={v}" for k, v in AZURE_COLUMNS.items())
+    assert _json(capsys, [*run, "--trace-columns", cols])["summary"]["completed"] == 3

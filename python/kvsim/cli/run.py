@@ -338,6 +338,10 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
         except TraceFormatError as exc:
             hint = trace_file_hint(spec, exc.field, exc.reason)
             raise TraceFormatError(exc.path, exc.line, exc.field, exc.reason + hint) from None
+        except InvalidArgumentError as exc:
+            if str(exc).startswith("time_unit"):  # (a file of dates: they carry their unit)
+                raise FlagError(f"argument --trace-time-unit: {exc}") from None
+            raise
         unread = ws.unread_content_note(spec, full)
         if unread is not None:
             notes.append(unread)

@@ -21,6 +21,7 @@ from kvsim.model.units import fmt_count
 from kvsim.workloads.table import Workload
 from kvsim.workloads.traces import (
     MOONCAKE_BLOCK,
+    _azure_ns,
     _check_on_error,
     _csv_records,
     _existing,
@@ -35,9 +36,12 @@ from kvsim.workloads.traces import (
     _to_int,
     _to_time,
     arrival_field,
+    date_stamps,
     hash_fast,
     hash_row,
     hash_segments,
+    is_date,
+    stamp_text,
 )
 
 _TIME_DIVISORS = {"s": 1.0, "ms": 1e3, "us": 1e6}
@@ -116,11 +120,33 @@ def _file_columns(p: Path, fmt: str, frame: pl.DataFrame | None) -> list[str]:
     if fmt == "csv":
         with _open_text(p) as f:
             return _csv_records(p, f)[0]
-    with p.open("rb") as f:
-        for _line, record in _jsonl_records(f):
-            if isinstance(record, dict):  # (a line that is not a JSON object is the line loop's to name)
-                return list(record)
-    return []
+    return list(_first_record(p, fmt) or {})
+
+
+def _first_record(p: Path, fmt: str) -> dict[str, Any] | None:
+    """The first row of a csv or jsonl file that reads as one (a bad one is the line loop's to name)."""
+    with contextlib.ExitStack() as stack:
+        if fmt == "csv":
+            records = _csv_records(p, stack.enter_context(_open_text(p)))[1]
+        else:
+            records = _jsonl_records(stack.enter_context(p.open("rb")))
+        return next((r for _line, r in records if isinstance(r, dict)), None)
+
+
+def arrival_dates(p: Path, fmt: str, column: str, frame: pl.DataFrame | None = None) -> bool:
+    """Whether a table's arrival column holds date text (the Azure traces' `2023-11-16 18:17:03.9799600`),
+    by its first row: then arrivals are seconds since the earliest stamp (`load_table`)."""
+    if frame is not None:
+        values = frame[column].drop_nulls() if column in frame.columns else None
+        return values is not None and values.dtype == pl.String and len(values) > 0 and is_date(values[0])
+    if fmt == "parquet":
+        lazy = pl.scan_parquet(p)
+        if column not in lazy.collect_schema().names():
+            return False
+        values = lazy.select(column).head(1).collect()[column]
+        return len(values) > 0 and is_date(values[0])
+    first = _first_record(p, fmt)
+    return first is not None and is_date(first.get(column))
 
 
 def file_columns(path: Path) -> list[str]:
@@ -143,9 +169,11 @@ def _read_columns(
     divisor: float,
     on_error: str,
     block: int = MOONCAKE_BLOCK,
+    dates: bool = False,
 ) -> tuple[dict[str, np.ndarray], int]:
-    """Columns `ours -> the file's column` of a table as arrays (`arrival` as seconds, float64; every
-    other one int64: at least 1, `request_id` at least 0), and the rows skipped. A `hash_ids` column
+    """Columns `ours -> the file's column` of a table as arrays (`arrival` as seconds, float64, or with
+    `dates` integer nanoseconds since 1970 of date text, `traces._azure_ns`' rule; every other one
+    int64: at least 1, `request_id` at least 0), and the rows skipped. A `hash_ids` column
     (`hash_row`'s rule, `block` tokens per id) becomes `hash_counts` (ids per row) and `hash_ids` (the
     flat ids, uint64). The frame's columns are checked vectorised; on anything off, the file is read row
     by row to name the first bad row.
@@ -163,13 +191,17 @@ def _read_columns(
                 f"{fmt_count(len(missing), 'column')} missing ({missing}); columns are {frame.columns}",
             )
         content = mapping.get("hash_ids")
-        cols = _table_fast(frame, {k: v for k, v in mapping.items() if k != "hash_ids"}, divisor)
+        skip = ("hash_ids", "arrival") if dates else ("hash_ids",)
+        cols = _table_fast(frame, {k: v for k, v in mapping.items() if k not in skip}, divisor)
         hashes = (
             hash_fast(frame[content], cols["prompt_len"], block) if cols is not None and content else None
         )
-        if cols is not None and (content is None or hashes is not None):
+        stamps = date_stamps(frame[mapping["arrival"]]) if cols is not None and dates else None
+        if cols is not None and (content is None or hashes is not None) and (not dates or stamps is not None):
             if hashes is not None:
                 cols["hash_counts"], cols["hash_ids"] = hashes
+            if stamps is not None:
+                cols["arrival"] = stamps
             return cols, 0
     lists: dict[str, list[Any]] = {k: [] for k in mapping}
 
@@ -179,7 +211,7 @@ def _read_columns(
         for ours, theirs in mapping.items():
             value = _get(rec, theirs)
             if ours == "arrival":
-                row[ours] = _to_time(value, theirs) / divisor
+                row[ours] = _azure_ns(value, theirs) if dates else _to_time(value, theirs) / divisor
             elif ours != "hash_ids":
                 row[ours] = _to_int(value, theirs, 0 if ours == "request_id" else 1)
         if "hash_ids" in mapping:
@@ -210,7 +242,8 @@ def _read_columns(
             )
         skipped = _line_loop(p, records, parse, on_error)
     hash_lists = lists.pop("hash_ids", None)
-    cols = {k: np.array(v, dtype=np.float64 if k == "arrival" else np.int64) for k, v in lists.items()}
+    seconds = "arrival" if not dates else ""
+    cols = {k: np.array(v, dtype=np.float64 if k == seconds else np.int64) for k, v in lists.items()}
     if hash_lists is not None:
         cols["hash_counts"] = np.array([len(h) for h in hash_lists], dtype=np.int64)
         cols["hash_ids"] = np.array([i for h in hash_lists for i in h], dtype=np.uint64)
@@ -262,7 +295,9 @@ def load_table(
         columns: our column name -> the file's: `arrival`, `prompt_len`, `output_len` are required,
             `max_tokens`, `num_samples`, `request_id`, `hash_ids` optional; names not given map to
             themselves (an optional one when the file has that column).
-        time_unit: unit of the arrival column, `"s"`, `"ms"` or `"us"`; arrivals become seconds.
+        time_unit: unit of the arrival column, `"s"`, `"ms"` or `"us"`; arrivals become seconds. An
+            arrival column of dates (`2023-11-16 18:17:03.9799600`, by its first row) is read as
+            `load_azure` reads its stamps: seconds since the earliest (`meta["start"]`); its unit is `"s"`.
         format: `"csv"`, `"jsonl"` or `"parquet"`; by default from the suffix (.csv, .jsonl/.ndjson,
             .parquet).
         on_error: `"raise"` on the first malformed row, or `"skip"` (count in `meta["skipped_rows"]`).
@@ -281,7 +316,8 @@ def load_table(
         TraceFormatError: a missing or repeated CSV column (line 1, field "header"), a file that gives no
             request (empty, header only, blank lines, every row skipped: line 1, the arrival column) or a
             malformed row (for parquet, `line` is the 1-based row number).
-        InvalidArgumentError: a missing file, an unknown column key, format or time unit.
+        InvalidArgumentError: a missing file, an unknown column key, format or time unit, a time unit other
+            than "s" beside dates.
     """
     w = _load_table(
         path,
@@ -304,6 +340,8 @@ def _load_table(
     on_error: str = "raise",
     first_request_id: int = 0,
     block_size: int = MOONCAKE_BLOCK,
+    dates: bool | None = None,
+    start_ns: int | None = None,
 ) -> Workload:
     """`load_table` that returns a workload of no rows (a chunk's piece may have none)."""
     _check_on_error(on_error)
@@ -329,7 +367,20 @@ def _load_table(
     present = _file_columns(p, fmt, frame)
     mapping.update({k: given.get(k, k) for k in _OPTIONAL if k in given or k in present})
     unread = [c for c in present if "hash" in c.lower() and c not in mapping.values()]
-    cols, skipped = _read_columns(p, fmt, frame, mapping, divisor, on_error, block_size)
+    if dates is None:
+        dates = arrival_dates(p, fmt, mapping["arrival"], frame)
+    if dates and time_unit != "s":
+        raise InvalidArgumentError(
+            f"time_unit {time_unit!r}: {p}'s arrival column {mapping['arrival']!r} holds dates, read as seconds "
+            "since the earliest; a time unit is for numbers (leave it 's')"
+        )
+    cols, skipped = _read_columns(p, fmt, frame, mapping, divisor, on_error, block_size, dates)
+    extra: dict[str, Any] = {}
+    if dates:  # (the Azure loader's rule: seconds since the earliest stamp, from integer nanoseconds)
+        ns = cols["arrival"]
+        start = start_ns if start_ns is not None else int(ns.min()) if len(ns) else 0
+        cols["arrival"] = (ns - start).astype(np.float64) / 1e9
+        extra = {"start": stamp_text(start) if len(ns) else "", "start_ns": start}
     n = len(cols["arrival"])
     request_id = cols.pop("request_id", None)
     if request_id is None:
@@ -337,7 +388,7 @@ def _load_table(
     offsets = seg_len = None
     if "hash_counts" in cols:
         offsets, seg_len = hash_segments(cols["prompt_len"], cols["hash_counts"], block_size)
-    meta = _meta(p, fmt, skipped, columns=mapping, time_unit=time_unit, unread_content=unread)
+    meta = _meta(p, fmt, skipped, columns=mapping, time_unit=time_unit, unread_content=unread, **extra)
     if "hash_ids" in mapping:
         meta["block_size"] = block_size
     return Workload(

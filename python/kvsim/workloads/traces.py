@@ -104,10 +104,10 @@ def _to_time(value: Any, field: str) -> float:
     try:
         t = float(value.strip()) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
-        if isinstance(value, str) and _AZURE_TIME.match(value.strip()):
-            # (a table's arrivals are numbers; the Azure trace's dates are `load_azure`'s)
+        if is_date(value):
+            # (a table's arrival column is of numbers or of dates, decided by its first row)
             raise _RowError(
-                field, f"{value!r} is a date, not a number of seconds (or of time_unit)"
+                field, f"{value!r} is a date, in a column of numbers (its first row's kind)"
             ) from None
         raise _RowError(field, f"{value!r} is not a number") from None
     if not math.isfinite(t) or t < 0:
@@ -408,15 +408,20 @@ def _load_mooncake(
 # ----------------------------------------------------------------------------------------------- Azure
 
 
-def _azure_ns(value: Any) -> int:
+def is_date(value: Any) -> bool:
+    """Whether `value` is date text of the Azure traces' shape (`2023-11-16 18:17:03.9799600`)."""
+    return isinstance(value, str) and _AZURE_TIME.match(value.strip()) is not None
+
+
+def _azure_ns(value: Any, field: str = "TIMESTAMP") -> int:
     """`2023-11-16 18:17:03.9799600` -> integer nanoseconds since 1970 (the clock is taken as UTC)."""
     m = _AZURE_TIME.match(value.strip()) if isinstance(value, str) else None
     if m is None:
-        raise _RowError("TIMESTAMP", f"{value!r} is not 'YYYY-MM-DD HH:MM:SS.fffffff'")
+        raise _RowError(field, f"{value!r} is not 'YYYY-MM-DD HH:MM:SS.fffffff'")
     try:
         dt = datetime.fromisoformat(m.group(1))
     except ValueError:
-        raise _RowError("TIMESTAMP", f"{value!r} is not a valid date and time") from None
+        raise _RowError(field, f"{value!r} is not a valid date and time") from None
     frac = (m.group(2) or "").ljust(9, "0")
     return (dt - _EPOCH) // _SECOND * 1_000_000_000 + int(frac)
 
@@ -432,20 +437,38 @@ def _azure_fast(path: Path) -> tuple[np.ndarray, ...] | None:
         )
         if tuple(frame.columns) != _AZURE_COLUMNS:
             return None
-        ns = frame["TIMESTAMP"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
     except pl.exceptions.PolarsError:
         return None
-    if ns.null_count() or frame["ContextTokens"].null_count() or frame["GeneratedTokens"].null_count():
-        return None
-    # polars accepts a missing fraction and other widths; the line loop is the definition, so only
-    # take this path when every stamp has the documented shape.
-    if not frame["TIMESTAMP"].str.contains(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{1,9}$").all():
+    ns = date_stamps(frame["TIMESTAMP"])
+    if ns is None or frame["ContextTokens"].null_count() or frame["GeneratedTokens"].null_count():
         return None
     inp = frame["ContextTokens"].to_numpy()
     out = frame["GeneratedTokens"].to_numpy()
     if (inp < 1).any() or (out < 1).any():
         return None
-    return ns.cast(pl.Int64).to_numpy(), inp, out
+    return ns, inp, out
+
+
+def date_stamps(stamps: pl.Series) -> np.ndarray | None:
+    """Integer nanoseconds since 1970 of a column of date text (`_azure_ns`'s rule, vectorised), or None
+    where a stamp is not of the documented shape (the line loop then reads or names it)."""
+    if stamps.dtype != pl.String:
+        return None
+    try:
+        ns = stamps.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
+    except pl.exceptions.PolarsError:
+        return None
+    # polars accepts a missing fraction and other widths; the line loop is the definition, so only
+    # take this path when every stamp has the documented shape.
+    if ns.null_count() or not stamps.str.contains(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{1,9}$").all():
+        return None
+    return ns.cast(pl.Int64).to_numpy()
+
+
+def stamp_text(ns: int) -> str:
+    """Integer nanoseconds since 1970 as the Azure traces write a stamp (nine fractional digits)."""
+    start_dt = _EPOCH + _SECOND * (ns // 1_000_000_000)
+    return f"{start_dt.isoformat(sep=' ')}.{ns % 1_000_000_000:09d}"
 
 
 def load_azure(path: str | PathLike[str], *, on_error: str = "raise", first_request_id: int = 0) -> Workload:
@@ -522,10 +545,7 @@ def _azure_workload(
 ) -> Workload:
     """The workload of Azure columns, arrivals in seconds since `start` (integer nanoseconds)."""
     arrival = (ns - start).astype(np.float64) / 1e9
-    start_text = ""
-    if len(ns):
-        start_dt = _EPOCH + _SECOND * (start // 1_000_000_000)
-        start_text = f"{start_dt.isoformat(sep=' ')}.{start % 1_000_000_000:09d}"
+    start_text = stamp_text(start) if len(ns) else ""
     return Workload(
         arrival=arrival,
         prompt_len=inp,
