@@ -38,6 +38,10 @@ SWEEP = ["sweep", "--requests", "5", "--no-progress", "--workers", "1", "--no-re
             "with the hybrid KV-cache manager off (its windows kept whole)",
         ),
         (
+            [*LLAMA, "--prefix-cache-retention-interval", "none"],
+            "none does nothing here: model llama-3-8b has no sliding-window",
+        ),
+        (
             ["--num-gpu-blocks-override", "500", "--prefix-cache-retention-interval", "64"],
             "a model's knob, but this run names no model (its pool is given in blocks): give --model or drop it",
         ),

@@ -79,7 +79,9 @@ class Spelling:
 
     def value(self, name: str, value: Any) -> str:
         switch = isinstance(value, bool) or self.flag_of.get(name) == "--disable-hybrid-kv-cache-manager"
-        return "the flag" if switch else repr(value)
+        return (
+            "the flag" if switch else "none" if value is None else repr(value)
+        )  # (the flag's word for None)
 
 
 class FieldSpelling(Spelling):
@@ -94,7 +96,7 @@ class FieldSpelling(Spelling):
         return f"{name}={value}"
 
     def value(self, name: str, value: Any) -> str:
-        return format_value(value) if isinstance(value, bool) else repr(value)
+        return format_value(value) if isinstance(value, bool) else "none" if value is None else repr(value)
 
 
 FLAGS = Spelling()
