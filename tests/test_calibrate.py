@@ -396,3 +396,83 @@ def test_an_efficiency_too_low_for_the_engines_range_is_refused_by_name(tmp_path
         else:
             with pytest.raises(kvsim.InvalidArgumentError):
                 kvsim.SimConfig(model="llama-3-8b", gpu="rtx-pro-6000", calibration=str(path))
+
+
+@needs_shared
+def test_gpu_other_than_the_profiles_own_is_refused(tmp_path, capsys):
+    """A newcomer review: `kvsim calibrate .../RTXPRO6000/Llama-3.1-8B --gpu h100-80gb` wrote
+    "calibration h100-80gb-llama-3.1-8b" of RTX PRO 6000 timings fitted to the H100's datasheet. Where the
+    profile names a GPU kvsim knows, --gpu must be it; it names the GPU of a profile whose own is unknown."""
+    pro = SHARED / "llmservingsim" / "profiles" / "RTXPRO6000" / "Llama-3.1-8B"
+    out = tmp_path / "cal.json"
+    err = _error(["calibrate", str(pro), "--gpu", "h100-80gb", "--output", str(out)], capsys)
+    assert err.startswith(
+        f"kvsim calibrate: error: profile {pro}: measured on 'RTXPRO6000' (kvsim's rtx-pro-6000), not h100-80gb"
+    ), err
+    assert "drop --gpu h100-80gb" in err
+    assert not out.exists()
+    assert main(["calibrate", str(pro), "--gpu", "rtx-pro-6000", "--output", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["gpu"] == "rtx-pro-6000"  # its own GPU, named again
+    vidur = SHARED / "vidur" / "a100-meta-llama-3-8b-mlp.csv"
+    err = _error(["calibrate", str(vidur), "--gpu", "a100-40gb", "--output", str(out)], capsys)
+    assert "measured on 'a100' (kvsim's a100-80gb), not a100-40gb" in err
+    splitwise = SHARED / "splitwise" / "perf_model.csv"
+    err = _error(["calibrate", str(splitwise), "--gpu", "rtx-4090", "--output", str(out)], capsys)
+    assert "measured on a100-80gb, h100-80gb, h100-80gb-pcap, none of them kvsim's rtx-4090 (--gpu)" in err
+    (h100,) = read_profile(splitwise, gpu="h100-80gb")  # --gpu picks Splitwise's rows of that GPU
+    assert (h100.gpu.name, "on h100-80gb;" in h100.source) == ("h100-80gb", True)
+
+
+def test_a_report_of_a_gpu_kvsim_knows_keeps_it_and_of_one_it_does_not_takes_gpu(tmp_path, capsys):
+    grid = [
+        {"batch": b, "context": c, "prefill": 0, "seconds": 0.004 + b * c * 1e-8}
+        for b in (1, 8, 64)
+        for c in (256, 4096)
+    ]
+    report = tmp_path / "gpu_validation.json"
+    base = {"device_kind": "cuda", "calibration": {"grid": grid}, "model": "llama-3-8b"}
+    report.write_text(json.dumps({**base, "gpu_preset": "rtx-4090"}))
+    argv = ["calibrate", str(report), "--output", str(tmp_path / "cal.json")]
+    assert "measured on 'rtx-4090' (kvsim's rtx-4090), not h100-80gb" in _error(
+        [*argv, "--gpu", "h100-80gb"], capsys
+    )
+    report.write_text(json.dumps({**base, "device": "Some Future GPU 96GB"}))
+    assert "GPU 'Some Future GPU 96GB' is not a kvsim preset; give --gpu NAME" in _error(argv, capsys)
+    assert main([*argv, "--gpu", "h100-80gb", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["gpu"] == "h100-80gb"
+
+
+def test_a_calibration_names_the_model_and_gpu_it_was_fitted_on(capsys):
+    """A newcomer review: `kvsim run --model qwen3-30b-a3b --gpu rtx-pro-6000 --calibration <llama-3.1-8b
+    fit>` named only the file. The time line and --json name the fitted model and GPU, and a run of another
+    model says in a note that the efficiencies were fitted on that one."""
+    run = ["run", "--gpu", "rtx-pro-6000", "--calibration", "rtx-pro-6000-llama-3.1-8b", "--requests", "5"]
+    other = json.loads(_run_json(capsys, [*run, "--model", "qwen3-30b-a3b"]))
+    fitted = "calibration rtx-pro-6000-llama-3.1-8b (fitted on llama-3.1-8b on rtx-pro-6000)"
+    assert other["time"].startswith(f"time: roofline of qwen3-30b-a3b on rtx-pro-6000, {fitted}"), other[
+        "time"
+    ]
+    record = other["calibration"]
+    assert (record["name"], record["kind"], record["model"], record["gpu"]) == (
+        "rtx-pro-6000-llama-3.1-8b",
+        "roofline",
+        "llama-3.1-8b",
+        "rtx-pro-6000",
+    )
+    assert record["source"].startswith("LLMServingSim profile RTXPRO6000/Llama-3.1-8B")
+    said = [n for n in other["notes"] if n.startswith("calibration rtx-pro-6000-llama-3.1-8b was fitted on")]
+    assert len(said) == 1, other["notes"]
+    assert "its efficiencies and per-layer overheads are measured on that model's shapes" in said[0]
+    assert "qwen3-30b-a3b's are priced with them unmeasured" in said[0]
+    same = json.loads(_run_json(capsys, [*run, "--model", "llama-3.1-8b"]))
+    assert fitted in same["time"]
+    assert not any("was fitted on" in n for n in same["notes"])
+    plain = json.loads(
+        _run_json(capsys, ["run", "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000", "--requests", "5"])
+    )
+    assert plain["calibration"] is None
+
+
+def _run_json(capsys, argv):
+    assert main([*argv, "--json"]) == 0
+    return capsys.readouterr().out

@@ -365,7 +365,7 @@ def test_a_tpot_slo_on_one_token_requests_is_refused_not_failed(tmp_path):
     )
     trace = tmp_path / "one_token.csv"
     trace.write_text("arrival,prompt_len,output_len\n" + rows)
-    from kvsim.workloads.traces import load_table
+    from kvsim.workloads.trace_table import load_table
 
     w = load_table(trace)
     assert (w.output_len == 1).all()

@@ -444,7 +444,8 @@ def test_the_time_line_names_the_experts_read():
     )
     cal = kvsim.SimConfig(model="qwen3-30b-a3b", gpu="rtx-pro-6000", calibration="rtx-pro-6000-llama-3.1-8b")
     assert (
-        "calibration rtx-pro-6000-llama-3.1-8b, the routed experts' weights read at vLLM's" in cal.time_line()
+        "calibration rtx-pro-6000-llama-3.1-8b (fitted on llama-3.1-8b on rtx-pro-6000), the routed experts' "
+        "weights read at vLLM's" in cal.time_line()
     )
 
 

@@ -101,6 +101,26 @@ def _preset_gpu(name: str, where: str) -> Gpu:
         ) from None
 
 
+def _measured_gpu(named: str, gpu: str | None, where: str) -> Gpu:
+    """The GPU a profile was measured on: the one it names (`named`: LLMServingSim's `hardware`, Vidur's file
+    name, Splitwise's `hardware` column, the gpu-validate report's preset or device), or `gpu` (`--gpu`)
+    where it names none kvsim knows. A `gpu` other than a GPU the profile names is refused: fitting one
+    GPU's timings to another's datasheet relabels them (the efficiencies of neither)."""
+    if gpu is None:
+        return _preset_gpu(named, where)
+    g = resolve_gpu(gpu)
+    try:
+        own = _preset_gpu(named, where) if named else None
+    except InvalidArgumentError:
+        own = None  # (a GPU kvsim has no preset for: --gpu names it)
+    if own is not None and own.name != g.name:
+        raise InvalidArgumentError(
+            f"{where}: measured on {named!r} (kvsim's {own.name}), not {g.name}: a calibration is fitted to the "
+            f"GPU its timings come from; drop --gpu {gpu} (it names the GPU of a profile whose own kvsim does not know)"
+        )
+    return g
+
+
 def _preset_model(name: str, where: str) -> Model:
     last = name.split("/")[-1].lower()
     for candidate in (MODEL_NAMES.get(last), last):
@@ -249,7 +269,7 @@ def read_llmservingsim(path: Path, gpu: str | None, model: str | None) -> Profil
     """LLMServingSim's `profiles/<gpu>/<model>/` folder (module docstring)."""
     meta = _meta(path / "meta.yaml")
     where = f"profile {path}"
-    g = resolve_gpu(gpu) if gpu else _preset_gpu(meta.get("hardware") or path.parent.name, where)
+    g = _measured_gpu(meta.get("hardware") or path.parent.name, gpu, where)
     m = resolve_model(model) if model else _preset_model(meta.get("model") or path.name, where)
     tps = sorted(p for p in path.glob("tp*") if p.is_dir())
     if not tps:
@@ -354,7 +374,7 @@ def read_vidur(path: Path, gpu: str | None, model: str | None) -> Profile:
     where = f"profile {path}"
     stem = path.stem  # a100-meta-llama-3-8b-mlp
     m_gpu = re.match(r"^([a-z0-9]+)-(.+?)(-mlp|-attention)?$", stem)
-    g = resolve_gpu(gpu) if gpu else _preset_gpu(m_gpu.group(1) if m_gpu else stem, where)
+    g = _measured_gpu(m_gpu.group(1) if m_gpu else stem, gpu, where)
     m = resolve_model(model) if model else _preset_model(m_gpu.group(2) if m_gpu else stem, where)
     gemm, elem = [], []
     for at, row in _read_csv(path):
@@ -378,13 +398,16 @@ def read_splitwise(path: Path, gpu: str | None, model: str | None) -> list[Profi
     for at, row in _read_csv(path):
         groups.setdefault((row.get("model", ""), row.get("hardware", "")), []).append((at, row))
     out = []
+    measured_on: set[str] = set()
     for (mname, hw), rows in sorted(groups.items()):
+        measured_on.add(hw)
         try:
-            g = resolve_gpu(gpu) if gpu else _preset_gpu(hw, where)
+            # --gpu picks the rows measured on it (a hardware name kvsim does not know is not it)
+            g = _preset_gpu(hw, where)
             m = resolve_model(model) if model else _preset_model(mname, where)
         except InvalidArgumentError:
             continue
-        if gpu and hw != gpu and GPU_NAMES.get(hw) != gpu:
+        if gpu is not None and g.name != resolve_gpu(gpu).name:
             continue
         steps = []
         for at, row in rows:
@@ -398,6 +421,11 @@ def read_splitwise(path: Path, gpu: str | None, model: str | None) -> list[Profi
                 steps.append((tp, [(mid, 1)] * batch, _num(row, "token_time", at) / 1e3, "decode"))
         source = f"Splitwise batch timings {path.name} ({mname} on {hw}; Mutinifni/splitwise-sim)"
         out.append(Profile(g, m, source, [], "splitwise", steps=steps))
+    if not out and gpu is not None:
+        raise InvalidArgumentError(
+            f"{where}: measured on {', '.join(sorted(measured_on))}, none of them kvsim's {resolve_gpu(gpu).name} "
+            "(--gpu): a calibration is fitted to the GPU its timings come from; give one of them or drop --gpu"
+        )
     if not out:
         raise InvalidArgumentError(f"{where}: no rows of a model and GPU kvsim has presets for")
     return out
@@ -417,7 +445,7 @@ def read_gpu_validate(path: Path, gpu: str | None, model: str | None) -> Profile
             f"{where}: ran on {data.get('device_kind')!r}, not a GPU: its timings calibrate nothing (give --gpu to "
             "fit it anyway)"
         )
-    g = resolve_gpu(gpu) if gpu else _preset_gpu(str(data.get("gpu_preset") or data.get("device", "")), where)
+    g = _measured_gpu(str(data.get("gpu_preset") or data.get("device", "")), gpu, where)
     m = resolve_model(model) if model else _preset_model(str(data.get("model", "")), where)
     steps = []
     if not isinstance(grid, list):

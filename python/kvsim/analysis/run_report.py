@@ -202,12 +202,24 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
                 f"max_model_len is the model's context, {context:,} tokens (vLLM's default): {what}; "
                 "--max-model-len with --allow-long-max-model-len runs them longer"
             )
+    if cfg.sampling == "fork-cow" and len(workload) and (np.asarray(workload.num_samples) == 1).all():
+        # (not refused, as an idle knob is: whether a request has samples is the workload's, which varies)
+        notes.append(
+            f"sampling 'fork-cow' changes nothing here: every request of {info['name']} has one sample, so "
+            "nothing is forked and the run is the one sampling 'independent' gives; it shares the samples of a "
+            "request with num_samples above 1 (a synthetic workload's num_samples=N) copy-on-write"
+        )
     if cfg.enable_prefix_caching and not cfg.is_contiguous and len(workload):
         ids = np.asarray(workload.segment_id)
         if len(np.unique(ids)) == len(ids) and s.get("prefix_hit_rate_first_admission", 0.0) == 0.0:
+            meta = getattr(workload, "meta", {})
             why = (
                 "the Azure traces carry no content hashes, so every prompt is its own"
                 if str(info["name"]).startswith("azure")
+                # a file of one's own without a hash_ids column gives no content at all
+                else "the file gives no prompt content, no hash_ids column, so every prompt is taken as unique"
+                if meta.get("format") in ("csv", "jsonl", "parquet")
+                and "hash_ids" not in meta.get("columns", {})
                 else "no two of its prompts share content"
             )
             own = s.get("prefix_hit_rate", 0.0)

@@ -40,7 +40,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="the profile's format (default: auto, by the path)",
     )
     p.add_argument(
-        "--gpu", default=None, help="the GPU preset it was measured on (default: named by the profile)"
+        "--gpu",
+        default=None,
+        help="the GPU preset it was measured on, for a profile whose GPU kvsim does not know (one other than "
+        "the GPU the profile names is refused; Splitwise's file: the rows of this GPU) (default: named by the "
+        "profile)",
     )
     p.add_argument(
         "--model", default=None, help="the model preset it was measured with (default: named by the profile)"

@@ -324,7 +324,8 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
         metavar="OURS=THEIRS,...",
         default=None,
         help="a file workload's column names: arrival, prompt_len, output_len (required), max_tokens, "
-        "num_samples, request_id (default: the same names)",
+        "num_samples, request_id, hash_ids (prompt content: a list of block hash ids per row, 512 tokens "
+        "each, as in the Mooncake traces) (default: the same names)",
     )
     w.add_argument(
         "--trace-time-unit",

@@ -49,6 +49,7 @@ def _refuse_modelless_knobs(
         "language_model_only",
         "cudagraph_memory_bytes",
         "activation_reserve_bytes",
+        "prefix_cache_retention_interval",
     ):
         if name in cfg and cfg[name] != KNOBS[name].default:
             said = where(name) if where is not None else _given_at(args, flag_of, name)  # type: ignore[arg-type]
@@ -78,7 +79,9 @@ class Spelling:
 
     def value(self, name: str, value: Any) -> str:
         switch = isinstance(value, bool) or self.flag_of.get(name) == "--disable-hybrid-kv-cache-manager"
-        return "the flag" if switch else repr(value)
+        return (
+            "the flag" if switch else "none" if value is None else repr(value)
+        )  # (the flag's word for None)
 
 
 class FieldSpelling(Spelling):
@@ -93,7 +96,7 @@ class FieldSpelling(Spelling):
         return f"{name}={value}"
 
     def value(self, name: str, value: Any) -> str:
-        return format_value(value) if isinstance(value, bool) else repr(value)
+        return format_value(value) if isinstance(value, bool) else "none" if value is None else repr(value)
 
 
 FLAGS = Spelling()
@@ -107,8 +110,11 @@ def idle_model_knobs(config: Any, spell: Spelling = FLAGS) -> dict[str, str | No
     `gdn_prefill_backend` on a model without gated delta net layers (vLLM reads it only in its GDN
     attention backend, `vllm/v1/attention/backends/gdn_attn.py`); `hybrid_kv_cache_manager` on a model of
     one KV-cache group (vLLM's hybrid manager and the unified one it falls back to allocate the same pool:
-    `unify_hybrid_kv_cache_specs` has nothing to unify). The one rule of `kvsim run`, `kvsim plan` and
-    `kvsim sweep` (`refuse_idle_at_every_point`)."""
+    `unify_hybrid_kv_cache_specs` has nothing to unify); `prefix_cache_retention_interval` on a model
+    without a sliding-window or Mamba KV-cache group (vLLM's sparse retention, `reachable_block_mask`,
+    and its Mamba manager's prefill end read it for those groups only) or with prefix caching off (it
+    picks which blocks get a key). The one rule of `kvsim run`, `kvsim plan` and `kvsim sweep`
+    (`refuse_idle_at_every_point`)."""
     if config.model is None:
         return {}
     from kvsim.model.models import resolve
@@ -147,6 +153,23 @@ def idle_model_knobs(config: Any, spell: Spelling = FLAGS) -> dict[str, str | No
             else f"model {model.name}'s layers make one KV-cache group ({layout.groups[0].kind}), which vLLM's "
             "hybrid KV-cache manager and the unified one allocate alike (it matters for sliding-window, "
             "chunked-local and state layers beside full attention)",
+        )
+    if config.prefix_cache_retention_interval != KNOBS["prefix_cache_retention_interval"].default:
+        sparse = sorted({g.kind.replace("_", "-") for g in config.kv_groups if g.sparse})
+        idle(
+            "prefix_cache_retention_interval",
+            f"model {model.name} has no sliding-window or Mamba (state) KV-cache group"
+            + (
+                " with the hybrid KV-cache manager off (its windows kept whole)"
+                if layout is not None and layout.promoted
+                else ""
+            )
+            + ", the only groups whose cached blocks it thins (vLLM's sparse retention, reachable_block_mask)"
+            if not sparse
+            else None
+            if config.enable_prefix_caching
+            else f"it picks which blocks of model {model.name}'s {' and '.join(sparse)} groups get a "
+            "prefix-cache key, and prefix caching is off",
         )
     return out
 

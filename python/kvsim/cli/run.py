@@ -41,11 +41,11 @@ from kvsim.cli.refusals import (
     _refuse_idle_swap,
     _refuse_modelless_knobs,
 )
-from kvsim.errors import InvalidArgumentError
+from kvsim.errors import InvalidArgumentError, TraceFormatError
 from kvsim.model.config import CLUSTER_KNOBS, DEFAULT_BLOCK_SIZE, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
 from kvsim.model.units import fmt_count
-from kvsim.workloads.registry import format_value
+from kvsim.workloads.registry import format_value, trace_file_hint
 
 # ---------------------------------------------------------------------------------------------- run
 # The flags that set a workload's trace parameters.
@@ -333,7 +333,20 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
         except InvalidArgumentError as exc:
             raise FlagError(f"argument --trace-columns: {exc}") from None
         time_unit = args.trace_time_unit or "s"
-        full = ws.load_file(spec, columns=columns, time_unit=time_unit)
+        try:
+            full = ws.load_file(spec, columns=columns, time_unit=time_unit)
+        except TraceFormatError as exc:
+            hint = trace_file_hint(spec, exc.field, exc.reason)
+            raise TraceFormatError(exc.path, exc.line, exc.field, exc.reason + hint) from None
+        except InvalidArgumentError as exc:
+            if str(exc).startswith("time_unit"):  # (a file of dates: they carry their unit)
+                raise FlagError(f"argument --trace-time-unit: {exc}") from None
+            raise
+        unread = ws.unread_content_note(spec, full)
+        if unread is not None:
+            notes.append(unread)
+        if "hash_ids" in full.meta["columns"]:  # (read by its own name: the workload line shows it)
+            columns = {**(columns or {}), "hash_ids": full.meta["columns"]["hash_ids"]}
         if len(full) and full.arrival[0] > 0:
             # Its own timestamps (unix seconds, an offset): replayed from its first request, as vllm bench
             # serve does, so the duration and the throughputs count from it.
@@ -630,6 +643,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         notes.extend(data_parallel_notes(result))
         notes.extend(herd_notes(result))
     notes.extend(encoder_notes(config))
+    calibrated_on = config.calibration_note()
+    if calibrated_on is not None:
+        notes.append(calibrated_on)
     prefill_cfg = getattr(args, "prefill_sim_config", None)
     for note in (block_size_note(config), backend_block_size_note(config)):
         if note is not None:
@@ -643,6 +659,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "argv": getattr(args, "_argv", None),
         "pool": config.pool.line(),
         "time": config.time_line(),
+        "calibration": config.calibration_record(),
         # vLLM's four start-up figures (DESIGN.md §Defaults and sizing), as vLLM logs them.
         "startup": config.pool.figures.lines() if config.pool.figures is not None else [],
         "pool_sizing": config.pool.to_dict(),

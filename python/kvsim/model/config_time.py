@@ -251,7 +251,11 @@ class ConfigTimeModel:
         if getattr(self, "_hand_roofline", None) is not None:
             head = "time: roofline of hand-set coefficients"
         elif self.calibration is not None:
-            head = f"time: roofline of {model} on {gpu}, calibration {self.calibration}"
+            cal = self._calibration  # type: ignore[attr-defined]
+            head = (
+                f"time: roofline of {model} on {gpu}, calibration {self.calibration} (fitted on {cal.model} on "
+                f"{cal.gpu})"
+            )
         else:
             head = (
                 f"time: roofline of {model} on {gpu}, datasheet figures (efficiencies 1: an optimistic bound; "
@@ -271,6 +275,47 @@ class ConfigTimeModel:
         return (
             f"{head}: a step of {seqs} decodes at 1,024 tokens {fmt_duration_ps(decode)}, a prefill chunk of "
             f"{chunk:,} tokens {fmt_duration_ps(prefill)}"
+        )
+
+    def calibration_record(self) -> dict[str, Any] | None:
+        """The calibration the time model uses, for `--json` (`calibration`): its name as given, the
+        model and GPU it was fitted on (a linear one's device too), the profile and the file; None
+        without one."""
+        cal = getattr(self, "_calibration", None)
+        if cal is None:
+            return None
+        out = {
+            "name": self.calibration,
+            "kind": cal.kind,
+            "model": cal.model,
+            "gpu": cal.gpu,
+            "path": cal.path,
+        }
+        if cal.kind == "roofline":
+            out["source"] = cal.source
+        return out
+
+    def calibration_note(self) -> str | None:
+        """A roofline calibration fitted on another model than this run's: its efficiencies and per-layer
+        overheads were measured on that model's shapes and are carried over, unmeasured, to these (a
+        linear calibration on another model is refused). None otherwise."""
+        cal = getattr(self, "_calibration", None)
+        if cal is None or cal.kind != "roofline" or self.model is None:
+            return None
+        from kvsim.model.models import resolve as resolve_model
+
+        mine = resolve_model(self.model).name
+        try:
+            fitted = resolve_model(cal.model).name
+        except InvalidArgumentError:
+            fitted = cal.model  # (a model kvsim does not know: compared by its name)
+        if mine == fitted:
+            return None
+        return (
+            f"calibration {self.calibration} was fitted on {cal.model} on {cal.gpu}: its efficiencies and "
+            f"per-layer overheads are measured on that model's shapes, and {mine}'s are priced with them "
+            f"unmeasured (other widths, layer counts or layer kinds may run at other efficiencies); a "
+            f"profile of {mine} on {cal.gpu}, fitted with kvsim calibrate, would measure them"
         )
 
     def _experts_read(self) -> str:

@@ -66,7 +66,7 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.model.segments import MAX_REQUEST_ID, MAX_SAMPLES, OUTPUT_BIT
 from kvsim.workloads.ids import content_ids
 from kvsim.workloads.table import Workload
-from kvsim.workloads.traces import read_length_pairs
+from kvsim.workloads.trace_table import read_length_pairs
 
 PAPER_PRESETS: dict[str, tuple[float, float]] = {
     # (mean prompt tokens, mean output tokens): PagedAttention (Kwon et al., SOSP 2023) §6.1.

@@ -352,3 +352,47 @@ __all__ = [
     "unknown_name",
     "workload_label",
 ]
+
+
+# The column mappings that read the registry's trace formats as a file workload (`kvsim run --workload
+# PATH`): Mooncake's hash_ids by the same-name rule, Azure's dates as seconds since the earliest.
+_FORMAT_FLAGS = {
+    "mooncake": (
+        ("timestamp", "input_length", "output_length", "hash_ids"),
+        "--time-unit ms --trace-columns arrival=timestamp,prompt_len=input_length,output_len=output_length "
+        "(hash_ids is read as prompt content)",
+    ),
+    "azure": (
+        ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+        "--trace-columns arrival=TIMESTAMP,prompt_len=ContextTokens,output_len=GeneratedTokens (its dates are "
+        "read as seconds since the earliest)",
+    ),
+}
+
+
+def trace_file_hint(path: str, field: str, reason: str) -> str:
+    """What to do about a user's trace file (`kvsim run --workload PATH`) that failed to load for missing
+    columns (`field` "header"): the `--trace-columns` to give, and where the file is one of the registry's
+    traces (its file name) or in their format (its columns), that workload. "" for any other error (a
+    bad row is the file's to fix)."""
+    from pathlib import Path
+
+    from kvsim.workloads.trace_table import file_columns
+
+    if not (field == "header" and "missing" in reason):
+        return ""
+    name = Path(path).name
+    same = [w.name for w in WORKLOADS.values() if w.trace is not None and Path(w.trace[1]).name == name]
+    present = set(file_columns(Path(path)))
+    fmt = next((k for k, (cols, _) in _FORMAT_FLAGS.items() if set(cols[:3]) <= present), None)
+    parts = []
+    if same:
+        parts.append(f"its name is that of the trace --workload {same[0]} reads (with its own loader)")
+    elif fmt is not None:
+        kinds = " / ".join(w.name for w in WORKLOADS.values() if w.trace is not None and w.trace[0] == fmt)
+        parts.append(f"its columns are those of the {fmt.capitalize()} traces ({kinds})")
+    if fmt is not None:
+        parts.append(f"as a file workload: {_FORMAT_FLAGS[fmt][1]}")
+    else:
+        parts.append("name the file's columns with --trace-columns arrival=COL,prompt_len=COL,output_len=COL")
+    return "; " + "; ".join(parts)

@@ -290,6 +290,21 @@ def load_file(path: str, *, columns: Mapping[str, str] | None, time_unit: str) -
     return load_table(path, columns=columns, time_unit=time_unit)
 
 
+def unread_content_note(spec: str, w: Any) -> str | None:
+    """The note for a file whose columns that look like prompt content (their names say `hash`) were not
+    read (`load_table`'s `meta["unread_content"]`), or None."""
+    unread = list(w.meta.get("unread_content") or [])
+    if not unread:
+        return None
+    names = ", ".join(repr(c) for c in unread)
+    return (
+        f"{spec} has {'a column' if len(unread) == 1 else 'columns'} {names} that "
+        f"look{'s' * (len(unread) == 1)} like prompt content but {'is' if len(unread) == 1 else 'are'} not "
+        f"read, so every prompt is taken as unique: --trace-columns hash_ids={unread[0]} reads one as "
+        "Mooncake's hash ids (a list of ids per row, 512 tokens each; rows with equal leading ids share a prefix)"
+    )
+
+
 def parse_columns(text: str | None) -> dict[str, str] | None:
     """`arrival=timestamp,prompt_len=input_tokens` -> a `load_table` column mapping.
 
@@ -326,4 +341,5 @@ __all__ = [
     "plain_number",
     "rebase",
     "split_trace_params",
+    "unread_content_note",
 ]

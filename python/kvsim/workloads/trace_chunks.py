@@ -7,10 +7,10 @@ parquet file, through polars' lazy `scan_parquet().slice()`) goes through the wh
 reader and checks (`kvsim.workloads.traces`), so a chunked load accepts and refuses what a whole one
 does, with the same `TraceFormatError`: the file, the line (counted in the whole file, for parquet the
 row) and the field. Request ids count on across chunks as in the whole file; Azure arrivals are seconds
-since the file's earliest stamp, found by a first pass over the pieces. A file in arrival order (every
-published trace is) gives chunks in arrival order, and `simulate_stream(iter_x(path), cfg)` equals
-`simulate(load_x(path), cfg)`. A csv field with a newline inside quotes is not supported (pieces end at
-line ends).
+since the file's earliest stamp, found by a first pass over the pieces (a table's arrival column of
+dates likewise). A file in arrival order (every published trace is) gives chunks in arrival order, and
+`simulate_stream(iter_x(path), cfg)` equals `simulate(load_x(path), cfg)`. A csv field with a newline
+inside quotes is not supported (pieces end at line ends).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import polars as pl
 
 from kvsim.arguments import int_arg
 from kvsim.errors import InvalidArgumentError, TraceFormatError
-from kvsim.workloads import traces
+from kvsim.workloads import trace_table, traces
 from kvsim.workloads.table import Workload
 
 DEFAULT_CHUNK_ROWS = 1 << 16
@@ -181,22 +181,38 @@ def iter_table(
     format: str | None = None,
     on_error: str = "raise",
     first_request_id: int = 0,
+    block_size: int = traces.MOONCAKE_BLOCK,
 ) -> Iterator[Workload]:
-    """`load_table(path, ...)` as chunks of at most `chunk_rows` lines or parquet rows (see the module)."""
+    """`load_table(path, ...)` as chunks of at most `chunk_rows` lines or parquet rows (see the module). An
+    arrival column of dates is read in two passes, as `iter_azure` reads: the first finds the earliest
+    stamp, the second counts every chunk's arrivals from it."""
     traces._check_on_error(on_error)
     p = traces._existing(path)
-    fmt = traces._table_format(p, format)
+    fmt = trace_table._table_format(p, format)
     rows = _chunk_rows(chunk_rows)
     first = int_arg("first_request_id", first_request_id)
+    column = dict(columns or {}).get("arrival", "arrival") if isinstance(columns, Mapping) else "arrival"
+    dates = trace_table.arrival_dates(p, fmt, column)
 
-    def load(piece: Path, done: int) -> Workload:
-        return traces._load_table(
+    def load(piece: Path, done: int, start_ns: int | None = None) -> Workload:
+        return trace_table._load_table(
             piece,
             columns=columns,
             time_unit=time_unit,
             format=fmt,
             on_error=on_error,
             first_request_id=first + done,
+            block_size=block_size,
+            dates=dates,
+            start_ns=start_ns,
         )
 
-    return _as_chunks(p, rows, _pieces(p, fmt, rows, load))
+    if not dates:
+        return _as_chunks(p, rows, _pieces(p, fmt, rows, load))
+
+    def chunks() -> Iterator[Workload]:
+        starts = [w.meta["start_ns"] for w in _pieces(p, fmt, rows, load) if len(w)]
+        start = min(starts) if starts else 0
+        yield from _as_chunks(p, rows, _pieces(p, fmt, rows, lambda piece, done: load(piece, done, start)))
+
+    return chunks()

@@ -1,4 +1,5 @@
-"""Loaders of real serving traces (Mooncake JSONL, Azure LLM 2023 CSV, generic tables) into `Workload`s.
+"""Loaders of real serving traces (Mooncake JSONL, Azure LLM 2023 CSV) into `Workload`s, and the readers and
+checks they share with the generic table loader (`kvsim.workloads.trace_table`).
 
 Each loader first parses the whole file columnar with polars and validates it vectorised; a clean file
 never goes through Python row by row. If anything is off (polars cannot parse a value, a field is missing
@@ -18,7 +19,6 @@ every record of them. Request ids are `first_request_id + line order` (before so
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
@@ -35,16 +35,13 @@ import polars as pl
 from kvsim.arguments import int_arg
 from kvsim.errors import InvalidArgumentError, TraceFormatError
 from kvsim.model.segments import MAX_REQUEST_ID
-from kvsim.model.units import fmt_count
 from kvsim.workloads.table import Workload
 
 MOONCAKE_BLOCK = 512
 _U63 = 1 << 63
-_TIME_DIVISORS = {"s": 1.0, "ms": 1e3, "us": 1e6}
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _AZURE_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?$")
 _EPOCH = datetime(1970, 1, 1)
-_TABLE_FIELDS = ("arrival", "prompt_len", "output_len", "max_tokens", "num_samples", "request_id")
 
 
 class _RowError(Exception):
@@ -107,6 +104,11 @@ def _to_time(value: Any, field: str) -> float:
     try:
         t = float(value.strip()) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
+        if is_date(value):
+            # (a table's arrival column is of numbers or of dates, decided by its first row)
+            raise _RowError(
+                field, f"{value!r} is a date, in a column of numbers (its first row's kind)"
+            ) from None
         raise _RowError(field, f"{value!r} is not a number") from None
     if not math.isfinite(t) or t < 0:
         raise _RowError(field, f"{value!r} must be finite and >= 0")
@@ -241,15 +243,49 @@ def _first_ids(first_request_id: int, n: int) -> np.ndarray:
 # -------------------------------------------------------------------------------------------- Mooncake
 
 
-def _mooncake_segments(
-    input_len: np.ndarray, counts: np.ndarray, block: int
-) -> tuple[np.ndarray, np.ndarray]:
+def hash_segments(input_len: np.ndarray, counts: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR offsets and segment lengths: `block` each, the last of a request what remains of its input."""
     offsets = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     seg_len = np.full(int(offsets[-1]), block, dtype=np.int64)
     seg_len[offsets[1:] - 1] = input_len - block * (counts - 1)
     return offsets, seg_len
+
+
+def hash_fast(lists: pl.Series, inp: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Hash-id counts per row and the flat ids (uint64) of a polars list column, or None when anything
+    breaks `hash_row`'s rule (the line loop then names the row)."""
+    if not isinstance(lists.dtype, pl.List) or not lists.dtype.inner.is_integer() or lists.null_count():
+        return None
+    counts = lists.list.len().to_numpy().astype(np.int64)
+    hashes = lists.explode()
+    if hashes.null_count() or not np.array_equal(counts, -(-inp // block)):
+        return None
+    flat = hashes.cast(pl.Int64, strict=False)
+    if flat.null_count():
+        return None  # (a uint64 id past 2**63)
+    ids = flat.to_numpy()
+    if (ids < 0).any():
+        return None
+    return counts, ids.astype(np.uint64)
+
+
+def hash_row(hashes: Any, n_in: int, block: int, field: str) -> list[int]:
+    """One row's hash ids (Mooncake's content rule, for `load_mooncake` and a table's `hash_ids` column):
+    a list (in a csv cell, its JSON text `[0, 1, 2]`) of `ceil(n_in / block)` integers in [0, 2**63)."""
+    if isinstance(hashes, str):
+        try:
+            hashes = json.loads(hashes)
+        except ValueError:
+            raise _RowError(field, f"{hashes!r} is not a list of hash ids ([0, 1, ...])") from None
+    if not isinstance(hashes, list):
+        raise _RowError(field, f"{type(hashes).__name__} is not a list")
+    want = -(-n_in // block)
+    if len(hashes) != want:
+        raise _RowError(
+            field, f"{len(hashes)} ids for a prompt of {n_in} tokens, expected ceil({n_in}/{block}) = {want}"
+        )
+    return [_to_int(h, field, 0) for h in hashes]  # (each below 2**63, the output ids' range)
 
 
 def _mooncake_fast(path: Path, block: int) -> tuple[np.ndarray, ...] | None:
@@ -268,22 +304,11 @@ def _mooncake_fast(path: Path, block: int) -> tuple[np.ndarray, ...] | None:
     ts = frame["timestamp"].to_numpy()
     inp = frame["input_length"].to_numpy()
     out = frame["output_length"].to_numpy()
-    counts = frame["hash_ids"].list.len().to_numpy().astype(np.int64)
-    hashes = frame["hash_ids"].explode()
-    if hashes.null_count():
+    ok = np.isfinite(ts).all() and (ts >= 0).all() and (inp >= 1).all() and (out >= 1).all()
+    content = hash_fast(frame["hash_ids"], inp, block) if ok else None
+    if content is None:
         return None
-    flat = hashes.to_numpy()
-    ok = (
-        np.isfinite(ts).all()
-        and (ts >= 0).all()
-        and (inp >= 1).all()
-        and (out >= 1).all()
-        and np.array_equal(counts, -(-inp // block))
-        and (flat >= 0).all()
-    )
-    if not ok:
-        return None
-    return ts, inp, out, counts, flat.astype(np.uint64)
+    return ts, inp, out, *content
 
 
 def load_mooncake(
@@ -350,18 +375,7 @@ def _load_mooncake(
             t = _to_time(_get(rec, "timestamp"), "timestamp")
             n_in = _to_int(_get(rec, "input_length"), "input_length")
             n_out = _to_int(_get(rec, "output_length"), "output_length")
-            hashes = _get(rec, "hash_ids")
-            if not isinstance(hashes, list):
-                raise _RowError("hash_ids", f"{type(hashes).__name__} is not a list")
-            want = -(-n_in // block_size)
-            if len(hashes) != want:
-                raise _RowError(
-                    "hash_ids",
-                    f"{len(hashes)} ids for input_length {n_in}, expected ceil({n_in}/{block_size}) = {want}",
-                )
-            ids = [_to_int(h, "hash_ids", 0) for h in hashes]
-            if any(h >= _U63 for h in ids):
-                raise _RowError("hash_ids", "an id is >= 2**63 (the output-id range)")
+            ids = hash_row(_get(rec, "hash_ids"), n_in, block_size, "hash_ids")
             ts_l.append(t)
             in_l.append(n_in)
             out_l.append(n_out)
@@ -375,7 +389,7 @@ def _load_mooncake(
         out = np.array(out_l, dtype=np.int64)
         counts = np.array(cnt_l, dtype=np.int64)
         flat = np.array(flat_l, dtype=np.uint64)
-    offsets, seg_len = _mooncake_segments(inp, counts, block_size)
+    offsets, seg_len = hash_segments(inp, counts, block_size)
     cols = {
         "arrival": ts / 1000.0,
         "prompt_len": inp,
@@ -394,15 +408,20 @@ def _load_mooncake(
 # ----------------------------------------------------------------------------------------------- Azure
 
 
-def _azure_ns(value: Any) -> int:
+def is_date(value: Any) -> bool:
+    """Whether `value` is date text of the Azure traces' shape (`2023-11-16 18:17:03.9799600`)."""
+    return isinstance(value, str) and _AZURE_TIME.match(value.strip()) is not None
+
+
+def _azure_ns(value: Any, field: str = "TIMESTAMP") -> int:
     """`2023-11-16 18:17:03.9799600` -> integer nanoseconds since 1970 (the clock is taken as UTC)."""
     m = _AZURE_TIME.match(value.strip()) if isinstance(value, str) else None
     if m is None:
-        raise _RowError("TIMESTAMP", f"{value!r} is not 'YYYY-MM-DD HH:MM:SS.fffffff'")
+        raise _RowError(field, f"{value!r} is not 'YYYY-MM-DD HH:MM:SS.fffffff'")
     try:
         dt = datetime.fromisoformat(m.group(1))
     except ValueError:
-        raise _RowError("TIMESTAMP", f"{value!r} is not a valid date and time") from None
+        raise _RowError(field, f"{value!r} is not a valid date and time") from None
     frac = (m.group(2) or "").ljust(9, "0")
     return (dt - _EPOCH) // _SECOND * 1_000_000_000 + int(frac)
 
@@ -418,20 +437,38 @@ def _azure_fast(path: Path) -> tuple[np.ndarray, ...] | None:
         )
         if tuple(frame.columns) != _AZURE_COLUMNS:
             return None
-        ns = frame["TIMESTAMP"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
     except pl.exceptions.PolarsError:
         return None
-    if ns.null_count() or frame["ContextTokens"].null_count() or frame["GeneratedTokens"].null_count():
-        return None
-    # polars accepts a missing fraction and other widths; the line loop is the definition, so only
-    # take this path when every stamp has the documented shape.
-    if not frame["TIMESTAMP"].str.contains(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{1,9}$").all():
+    ns = date_stamps(frame["TIMESTAMP"])
+    if ns is None or frame["ContextTokens"].null_count() or frame["GeneratedTokens"].null_count():
         return None
     inp = frame["ContextTokens"].to_numpy()
     out = frame["GeneratedTokens"].to_numpy()
     if (inp < 1).any() or (out < 1).any():
         return None
-    return ns.cast(pl.Int64).to_numpy(), inp, out
+    return ns, inp, out
+
+
+def date_stamps(stamps: pl.Series) -> np.ndarray | None:
+    """Integer nanoseconds since 1970 of a column of date text (`_azure_ns`'s rule, vectorised), or None
+    where a stamp is not of the documented shape (the line loop then reads or names it)."""
+    if stamps.dtype != pl.String:
+        return None
+    try:
+        ns = stamps.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
+    except pl.exceptions.PolarsError:
+        return None
+    # polars accepts a missing fraction and other widths; the line loop is the definition, so only
+    # take this path when every stamp has the documented shape.
+    if ns.null_count() or not stamps.str.contains(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{1,9}$").all():
+        return None
+    return ns.cast(pl.Int64).to_numpy()
+
+
+def stamp_text(ns: int) -> str:
+    """Integer nanoseconds since 1970 as the Azure traces write a stamp (nine fractional digits)."""
+    start_dt = _EPOCH + _SECOND * (ns // 1_000_000_000)
+    return f"{start_dt.isoformat(sep=' ')}.{ns % 1_000_000_000:09d}"
 
 
 def load_azure(path: str | PathLike[str], *, on_error: str = "raise", first_request_id: int = 0) -> Workload:
@@ -508,277 +545,11 @@ def _azure_workload(
 ) -> Workload:
     """The workload of Azure columns, arrivals in seconds since `start` (integer nanoseconds)."""
     arrival = (ns - start).astype(np.float64) / 1e9
-    start_text = ""
-    if len(ns):
-        start_dt = _EPOCH + _SECOND * (start // 1_000_000_000)
-        start_text = f"{start_dt.isoformat(sep=' ')}.{start % 1_000_000_000:09d}"
+    start_text = stamp_text(start) if len(ns) else ""
     return Workload(
         arrival=arrival,
         prompt_len=inp,
         output_len=out,
         request_id=_first_ids(first_request_id, len(inp)),
         meta=_meta(p, "azure-2023", skipped, start=start_text),
-    )
-
-
-# --------------------------------------------------------------------------------------- generic table
-
-
-def _table_format(p: Path, fmt: str | None) -> str:
-    if fmt is None:
-        suffix = p.suffix.lower()
-        fmt = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}.get(suffix)
-        if fmt is None:
-            raise InvalidArgumentError(f"cannot tell the format of {p} from {suffix!r}: pass format=")
-    if fmt not in ("csv", "jsonl", "parquet"):
-        raise InvalidArgumentError(f"format {fmt!r} must be 'csv', 'jsonl' or 'parquet'")
-    return fmt
-
-
-def _table_fast(
-    frame: pl.DataFrame, mapping: Mapping[str, str], divisor: float
-) -> dict[str, np.ndarray] | None:
-    out: dict[str, np.ndarray] = {}
-    try:
-        for ours, theirs in mapping.items():
-            dtype = pl.Float64 if ours == "arrival" else pl.Int64
-            col = frame[theirs]
-            if not col.dtype.is_numeric():
-                # (polars casts true to 1 and a Duration to its integer microseconds: not numbers of this
-                # field; the line loop names the row)
-                return None
-            if ours != "arrival" and col.dtype.is_float() and not (col == col.floor()).all():
-                return None  # polars' cast truncates 3.5 to 3; the line loop names the row
-            col = col.cast(dtype, strict=True)
-            if col.null_count():
-                return None
-            out[ours] = col.to_numpy()
-    except (pl.exceptions.PolarsError, KeyError):
-        return None
-    arrival = out.get("arrival")
-    if arrival is not None and not (np.isfinite(arrival).all() and (arrival >= 0).all()):
-        return None
-    for name in ("prompt_len", "output_len", "max_tokens", "num_samples"):
-        if name in out and (out[name] < 1).any():
-            return None
-    if "request_id" in out and (out["request_id"] < 0).any():
-        return None
-    if arrival is None:
-        return out
-    out["arrival"] = arrival / divisor
-    return out
-
-
-def _read_frame(p: Path, fmt: str) -> pl.DataFrame | None:
-    """The whole file as a polars frame, or None when polars cannot read it (the line loop then names
-    the first bad line). An unreadable parquet file has no lines to name: InvalidArgumentError."""
-    if fmt == "parquet":
-        try:
-            return pl.read_parquet(p)
-        except pl.exceptions.PolarsError as exc:
-            raise InvalidArgumentError(f"cannot read {p} as parquet: {exc}") from None
-    if fmt == "csv":
-        with _open_text(p) as f:
-            _csv_records(p, f)  # an empty file, a header that is not UTF-8 or repeats a column: refused
-    try:
-        if fmt == "csv":
-            return pl.read_csv(p, infer_schema_length=None)
-        return pl.read_ndjson(p, infer_schema_length=None)
-    except pl.exceptions.PolarsError:
-        return None
-
-
-def _file_columns(p: Path, fmt: str, frame: pl.DataFrame | None) -> list[str]:
-    """The file's column names: the frame's, a CSV header, or the keys of the first JSON object."""
-    if frame is not None:
-        return list(frame.columns)
-    if fmt == "csv":
-        with _open_text(p) as f:
-            return _csv_records(p, f)[0]
-    with p.open("rb") as f:
-        for _line, record in _jsonl_records(f):
-            return list(_json_record(record))
-    return []
-
-
-def _read_columns(
-    p: Path,
-    fmt: str,
-    frame: pl.DataFrame | None,
-    mapping: Mapping[str, str],
-    divisor: float,
-    on_error: str,
-) -> tuple[dict[str, np.ndarray], int]:
-    """Columns `ours -> the file's column` of a table as arrays (`arrival` as seconds, float64; every
-    other one int64: at least 1, `request_id` at least 0), and the rows skipped. The frame's columns are
-    checked vectorised; on anything off, the file is read row by row to name the first bad row.
-
-    Raises:
-        TraceFormatError: a missing column (line 1, field "header") or a malformed row.
-    """
-    if frame is not None:
-        missing = [v for v in mapping.values() if v not in frame.columns]
-        if missing:
-            raise TraceFormatError(
-                str(p),
-                1,
-                "header",
-                f"{fmt_count(len(missing), 'column')} missing ({missing}); columns are {frame.columns}",
-            )
-        cols = _table_fast(frame, mapping, divisor)
-        if cols is not None:
-            return cols, 0
-    lists: dict[str, list[Any]] = {k: [] for k in mapping}
-
-    def parse(record: Any) -> None:
-        rec = _json_record(record)
-        row = {}
-        for ours, theirs in mapping.items():
-            value = _get(rec, theirs)
-            if ours == "arrival":
-                row[ours] = _to_time(value, theirs) / divisor
-            else:
-                row[ours] = _to_int(value, theirs, 0 if ours == "request_id" else 1)
-        for k, v in row.items():
-            lists[k].append(v)
-
-    with contextlib.ExitStack() as stack:
-        if fmt == "csv":
-            header, records = _csv_records(p, stack.enter_context(_open_text(p)))
-            missing = [v for v in mapping.values() if v not in header]
-            if missing:
-                raise TraceFormatError(
-                    str(p),
-                    1,
-                    "header",
-                    f"{fmt_count(len(missing), 'column')} missing ({missing}); header is {header}",
-                )
-        elif fmt == "jsonl":
-            records = _jsonl_records(stack.enter_context(p.open("rb")))
-        else:
-            assert frame is not None, "a parquet file is read whole or refused"
-            names = list(mapping.values())
-            records = (
-                (i, dict(zip(names, values, strict=True)))
-                for i, values in enumerate(frame.select(names).iter_rows(), 1)
-            )
-        skipped = _line_loop(p, records, parse, on_error)
-    cols = {k: np.array(v, dtype=np.float64 if k == "arrival" else np.int64) for k, v in lists.items()}
-    return cols, skipped
-
-
-def read_length_pairs(
-    path: Path, prompt_column: str | None, output_column: str | None, candidates: tuple[tuple[str, str], ...]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(prompt, output) length columns of a csv, jsonl or parquet file (by suffix; anything else is read
-    as csv), with the row-naming errors of `load_table`. Without column names, the first pair of
-    `candidates` the file has is taken.
-
-    Raises:
-        TraceFormatError: a bad value (file, row, field), a missing column, or no rows.
-        InvalidArgumentError: no candidate pair matches, or an unreadable parquet file.
-    """
-    fmt = {".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(path.suffix.lower(), "csv")
-    frame = _read_frame(path, fmt)
-    if prompt_column is None or output_column is None:
-        columns = _file_columns(path, fmt, frame)
-        for pc, oc in candidates:
-            if pc in columns and oc in columns:
-                prompt_column, output_column = pc, oc
-                break
-        else:
-            raise InvalidArgumentError(f"{path}: name prompt_column and output_column; columns are {columns}")
-    mapping = {"prompt_len": prompt_column, "output_len": output_column}
-    cols, _ = _read_columns(path, fmt, frame, mapping, 1.0, "raise")
-    if len(cols["prompt_len"]) == 0:
-        raise TraceFormatError(str(path), 1, prompt_column, "the file has no rows")
-    return cols["prompt_len"], cols["output_len"]
-
-
-def load_table(
-    path: str | PathLike[str],
-    *,
-    columns: Mapping[str, str] | None = None,
-    time_unit: str = "s",
-    format: str | None = None,
-    on_error: str = "raise",
-    first_request_id: int = 0,
-) -> Workload:
-    """Loads any table of requests (csv, jsonl or parquet) with an arrival and two lengths per row.
-
-    Args:
-        path: the file.
-        columns: our column name -> the file's: `arrival`, `prompt_len`, `output_len` are required,
-            `max_tokens`, `num_samples`, `request_id` optional; names not given map to themselves.
-        time_unit: unit of the arrival column, `"s"`, `"ms"` or `"us"`; arrivals become seconds.
-        format: `"csv"`, `"jsonl"` or `"parquet"`; by default from the suffix (.csv, .jsonl/.ndjson,
-            .parquet).
-        on_error: `"raise"` on the first malformed row, or `"skip"` (count in `meta["skipped_rows"]`).
-        first_request_id: request id of the first row when the file has no request id column.
-
-    Returns:
-        The workload; each prompt one unique segment.
-
-    Raises:
-        TraceFormatError: a missing or repeated CSV column (line 1, field "header"), a file that gives no
-            request (empty, header only, blank lines, every row skipped: line 1, the arrival column) or a
-            malformed row (for parquet, `line` is the 1-based row number).
-        InvalidArgumentError: a missing file, an unknown column key, format or time unit.
-    """
-    w = _load_table(
-        path,
-        columns=columns,
-        time_unit=time_unit,
-        format=format,
-        on_error=on_error,
-        first_request_id=first_request_id,
-    )
-    return _require_rows(w, arrival_field(w))
-
-
-def _load_table(
-    path: str | PathLike[str],
-    *,
-    columns: Mapping[str, str] | None = None,
-    time_unit: str = "s",
-    format: str | None = None,
-    on_error: str = "raise",
-    first_request_id: int = 0,
-) -> Workload:
-    """`load_table` that returns a workload of no rows (a chunk's piece may have none)."""
-    _check_on_error(on_error)
-    p = _existing(path)
-    fmt = _table_format(p, format)
-    if not isinstance(time_unit, str) or time_unit not in _TIME_DIVISORS:
-        raise InvalidArgumentError(f"time_unit {time_unit!r} must be one of {sorted(_TIME_DIVISORS)}")
-    divisor = _TIME_DIVISORS[time_unit]
-    if columns is not None and not (
-        isinstance(columns, Mapping) and all(isinstance(v, str) for v in (*columns, *columns.values()))
-    ):
-        raise InvalidArgumentError(f"columns {columns!r} must be a mapping of column names (str -> str)")
-    given = dict(columns or {})
-    unknown = sorted(set(given) - set(_TABLE_FIELDS))
-    if unknown:
-        raise InvalidArgumentError(f"columns keys {unknown} are not among {_TABLE_FIELDS}")
-    mapping = {k: given.get(k, k) for k in ("arrival", "prompt_len", "output_len")}
-    frame = _read_frame(p, fmt)
-    if frame is not None:
-        for k in ("max_tokens", "num_samples", "request_id"):
-            if k in given or k in frame.columns:
-                mapping[k] = given.get(k, k)
-    else:
-        mapping.update({k: given[k] for k in ("max_tokens", "num_samples", "request_id") if k in given})
-    cols, skipped = _read_columns(p, fmt, frame, mapping, divisor, on_error)
-    n = len(cols["arrival"])
-    request_id = cols.pop("request_id", None)
-    if request_id is None:
-        request_id = _first_ids(first_request_id, n)
-    return Workload(
-        arrival=cols["arrival"],
-        prompt_len=cols["prompt_len"],
-        output_len=cols["output_len"],
-        max_tokens=cols.get("max_tokens"),
-        num_samples=cols.get("num_samples"),
-        request_id=request_id,
-        meta=_meta(p, fmt, skipped, columns=mapping, time_unit=time_unit),
     )
