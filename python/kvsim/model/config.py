@@ -123,6 +123,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
 
     num_blocks: int | None = default("num_blocks")
     block_size: int = default("block_size")
+    default_block_size: int = default("default_block_size")
     policy: str = default("policy")
     placement: str = default("placement")
     enable_prefix_caching: bool = default("enable_prefix_caching")
@@ -313,28 +314,37 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
                     f"serves, so {knob} {getattr(self, knob)!r} does not apply (only {v1!r})"
                 )
         arch = resolve_gpu(self.gpu).arch if self.gpu is not None else None
-        kv, block = dsa.resolve(m, arch, self.kv_cache_dtype, self.block_size)
+        kv, block = dsa.resolve(m, arch, self.kv_cache_dtype, self.block_size, self.default_block_size)
         object.__setattr__(self, "kv_cache_dtype", kv)
         object.__setattr__(self, "block_size", block)
 
     def _resolve_block_size(self) -> None:
-        """`block_size` unset: vLLM's 16, unless the attention backend vLLM 0.33.0 picks for the model on
-        the GPU named prefers another (`Platform._preferred_block_size_for_backends`: an MLA model's,
-        `kvsim.model.layers.mla_default_block_size`; a sparse-attention model's, set with its KV dtype by
-        `_resolve_kv_cache_dtype`)."""
+        """`block_size` unset: `default_block_size` (vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE`: 16, 64 in vLLM
+        0.34.0) as the attention backend vLLM picks for the model on the GPU named takes it
+        (`Platform._preferred_block_size_for_backends`: `kvsim.model.block_default.default_block_size`; a
+        sparse-attention model's, set with its KV dtype by `_resolve_kv_cache_dtype`)."""
+        from kvsim.model.block_default import check_default_block_size
+
+        check_default_block_size(self.default_block_size)
         if self.block_size is not None:
             return
-        bs = DEFAULT_BLOCK_SIZE
-        if self.model is not None and self.gpu is not None:
+        bs = self.default_block_size
+        if self.model is not None:
+            from kvsim.model.block_default import default_block_size
             from kvsim.model.gpus import resolve as resolve_gpu
-            from kvsim.model.layers import fa4_fp8_block_size, mla_default_block_size
             from kvsim.model.models import resolve
 
             m = resolve(self.model)
             kv = m.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
-            arch = resolve_gpu(self.gpu).arch
-            # (not MLA: FlashAttention 4's 64-token fp8 pages for 512-wide heads on 9.x, Gemma 4 with fp8)
-            bs = mla_default_block_size(m, arch, kv) if m.is_mla else fa4_fp8_block_size(m, arch, kv) or bs
+            arch = resolve_gpu(self.gpu).arch if self.gpu is not None else None
+            bs = default_block_size(
+                m,
+                arch,
+                kv,
+                self.default_block_size,
+                connector=self.kv_offloading_size is not None or bool(self.kv_offloading_chunks),
+                multimodal=bool(m.towers) and not self.language_model_only,
+            )
         object.__setattr__(self, "block_size", bs)
 
     def _check_context(self) -> None:

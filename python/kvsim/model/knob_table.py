@@ -132,6 +132,17 @@ KNOBS: dict[str, Knob] = {
         unit="tokens",
         metavar="TOKENS",
     ),
+    "default_block_size": Knob(
+        16,
+        "int",
+        "the block size vLLM offers the attention backend when block_size is unset "
+        "(CacheConfig.DEFAULT_BLOCK_SIZE): 16 (vLLM 0.33.0 and before) or 64 (vLLM 0.34.0: every CUDA backend "
+        "kvsim picks takes it; ROCm's ROCM_ATTN keeps 16)",
+        lo=16,
+        hi=64,
+        unit="tokens",
+        metavar="TOKENS",
+    ),
     "policy": Knob(
         "vllm",
         "choice",
