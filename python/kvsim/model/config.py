@@ -165,6 +165,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     model: Any = default("model")  # noqa: RUF009
     gpu: Any = default("gpu")  # noqa: RUF009
     gpu_memory_utilization: float = default("gpu_memory_utilization")
+    kv_cache_sizing: str = default("kv_cache_sizing")
     kv_cache_bytes: int | None = default("kv_cache_bytes")
     tensor_parallel_size: int = default("tensor_parallel_size")
     data_parallel_size: int = default("data_parallel_size")
@@ -425,7 +426,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             self.gpu,
             self.block_size,
             num_blocks=self.num_blocks,
-            gpu_memory_utilization=self.gpu_memory_utilization,
+            gpu_memory_utilization=self.resolved_gpu_memory_utilization,
             kv_cache_bytes=self.kv_cache_bytes,
             activation_reserve_bytes=self.activation_reserve_bytes,
             kv_cache_dtype=self.kv_cache_dtype,
@@ -445,12 +446,46 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             enable_expert_parallel=self.enable_expert_parallel,
             null_block=self.pool_null_block,
             cpu_blocks=self.cpu_blocks,
+            kv_cache_sizing="measured" if self.measured_sizing_on else "profiled",
         )
         object.__setattr__(self, "_pool", pool)
         object.__setattr__(self, "num_blocks", pool.num_blocks)
         self._check_hybrid()
         self._size_cpu_tier()
         self._check_async()
+
+    @property
+    def measured_sizing_on(self) -> bool:
+        """Whether the pool is sized from measured memory (`kv_cache_sizing` "measured", vLLM 0.34.0's
+        extensible KV cache) and vLLM keeps that on here (`kvsim.model.measured.measured_off`: not with a
+        `kv_cache_bytes` or `num_blocks` given, nor a disaggregated fleet on ROCm)."""
+        from kvsim.model.gpus import is_rocm
+        from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.measured import measured_off
+
+        if self.kv_cache_sizing != "measured":
+            return False
+        rocm = self.gpu is not None and is_rocm(resolve_gpu(self.gpu).arch)
+        given = self._given["num_blocks"] is not None  # type: ignore[attr-defined]
+        off = measured_off(
+            kv_cache_bytes=self.kv_cache_bytes is not None,
+            num_blocks=given,
+            rocm=rocm,
+            disaggregated=self.prefill_replicas > 0,
+        )
+        return off is None
+
+    @property
+    def resolved_gpu_memory_utilization(self) -> float:
+        """The share of device memory the pool is sized from: `gpu_memory_utilization`, but 1.0 where the pool
+        is sized from measured memory and it is at its default (vLLM 0.34.0's
+        `CacheConfig.resolved_gpu_memory_utilization`, for an unset one: kvsim's knob has one default, 0.92,
+        so a 0.92 given reads as unset too; DESIGN.md §Defaults and sizing, "Measured sizing")."""
+        from kvsim.model.measured import MEASURED_GPU_MEMORY_UTILIZATION
+
+        if self.measured_sizing_on and self.gpu_memory_utilization == default("gpu_memory_utilization"):
+            return MEASURED_GPU_MEMORY_UTILIZATION
+        return self.gpu_memory_utilization
 
     @property
     def max_in_flight_tokens(self) -> int:
