@@ -146,7 +146,8 @@ class PoolSizing:
         gpu: the GPU's name when sized from it.
         gpu_memory_utilization, memory_bytes, weight_bytes, activation_reserve_bytes: the terms of the
             GPU sizing (one GPU's weights under tensor parallelism).
-        kv_cache_bytes: the KV memory the blocks were cut from.
+        kv_cache_bytes: the KV memory the blocks were cut from (measured: `measured.kv_bytes`, the
+            reservation being `figures.available_kv_bytes`).
         tensor_parallel_size: GPUs the model is split over.
         layout: the model's KV-cache groups (`kvsim.model.layers.KVLayout`), or None without a model.
         non_torch_bytes, cudagraph_bytes: the other non-KV terms of the GPU sizing (`kvsim.model.memory`);
@@ -157,6 +158,7 @@ class PoolSizing:
         rope_cache_bytes: the rotary caches every GPU holds (part of the weights), or None without a model.
         kv_room_bytes: with a model and a GPU, the most KV cache one GPU holds beside its weights (device
             memory less the weights: a `kv_cache_bytes` above it is refused), else None.
+        measured: the terms of vLLM 0.34.0's measured sizing (`kvsim.model.measured.MeasuredSizing`), or None.
         vllm_refusal: vLLM's start-up refusal of a pool kvsim runs anyway, else None: a `kv_cache_bytes`
             given with a model but no GPU (kvsim's experiment; with a GPU, refused as vLLM refuses it), or
             with a model a pool in blocks (`num_blocks`, vLLM's `--num-gpu-blocks-override`, which vLLM
@@ -535,13 +537,15 @@ def size_pool(
         )
     assert nonkv is not None
     whole = shard(base, kv_cache_dtype, 1) if base is not None else m
+    # (measured, vLLM 0.34.0 profiles no CUDA graphs for the capacity: `profile_cudagraph_memory` returns 0)
+    later = nonkv.cudagraph if kv_cache_sizing == "measured" and not nonkv.measured else 0
     kv = available_kv_bytes(
         whole,
         g,
         gpu_memory_utilization,
-        activation_reserve_bytes=nonkv.total,
+        activation_reserve_bytes=nonkv.total - later,
         tensor_parallel_size=tp,
-        breakdown=None if nonkv.measured else (nonkv.activation, nonkv.non_torch, nonkv.cudagraph),
+        breakdown=None if nonkv.measured else (nonkv.activation, nonkv.non_torch, nonkv.cudagraph - later),
         weight_bytes=gpu_weights,
         expert_parallel=expert_parallel,
         data_parallel_size=data_parallel_size,
@@ -576,7 +580,7 @@ def size_pool(
         memory_bytes=g.memory_bytes,
         weight_bytes=m.loaded_bytes,
         activation_reserve_bytes=nonkv.activation,
-        kv_cache_bytes=kv,
+        kv_cache_bytes=kv if measured is None else measured.kv_bytes,
         non_torch_bytes=None if nonkv.measured else nonkv.non_torch,
         cudagraph_bytes=None if nonkv.measured else nonkv.cudagraph,
         figures=sized,
