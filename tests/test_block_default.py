@@ -147,6 +147,8 @@ def test_rocm_dense_keeps_rocm_attns_16_where_it_serves_the_model():
         == 64
     )
     assert SimConfig(model="gpt-oss-120b", gpu="mi300x", default_block_size=64).block_size == 64
+    pd = SimConfig(model="llama-3.1-8b", gpu="mi300x", prefill_replicas=1, replicas=2, default_block_size=64)
+    assert pd.block_size == 64
     assert SimConfig(model="gemma-4-31b", gpu="mi300x", default_block_size=64).block_size == 64
     gemma3 = {"model": "gemma-3-27b", "gpu": "mi300x", "default_block_size": 64}
     assert SimConfig(**gemma3).block_size == 64

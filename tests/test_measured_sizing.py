@@ -186,7 +186,8 @@ def test_rocm_keeps_a_3_gib_margin():
 
 def test_vllm_turns_it_off_where_the_size_is_given():
     """`_resolve_extensible_kv_cache`: `--kv-cache-memory-bytes` or `--num-gpu-blocks-override` given, or on
-    ROCm NIXL's connector (a disaggregated fleet): the profiled rule, an unset utilization 0.92."""
+    ROCm NIXL's connector (a disaggregated fleet): the profiled rule, an unset utilization 0.92; on CUDA a
+    disaggregated fleet is refused (on only with an IMEX channel)."""
     base = {"model": "llama-3.1-8b", "kv_cache_sizing": "measured"}
     kv = SimConfig(gpu="h100-80gb", kv_cache_bytes="20GiB", **base)
     assert (kv.measured_sizing_on, kv.pool.measured, kv.resolved_gpu_memory_utilization) == (
@@ -199,9 +200,12 @@ def test_vllm_turns_it_off_where_the_size_is_given():
     assert SimConfig(num_blocks=100, kv_cache_sizing="measured").pool.measured is None
     rocm_pd = SimConfig(gpu="mi300x", prefill_replicas=1, replicas=2, **base)
     assert not rocm_pd.measured_sizing_on
-    cuda_pd = SimConfig(gpu="h100-80gb", prefill_replicas=1, replicas=2, **base)
-    assert cuda_pd.measured_sizing_on
-    assert cuda_pd.pool.measured is not None
+    # on CUDA it stays on beside NIXL only where the host has an IMEX channel, which kvsim does not know
+    with pytest.raises(InvalidArgumentError, match="IMEX channel"):
+        SimConfig(gpu="h100-80gb", prefill_replicas=1, replicas=2, **base)
+    assert (
+        SimConfig(gpu="h100-80gb", prefill_replicas=1, replicas=2, num_blocks=5000, **base).num_blocks == 5000
+    )
 
 
 def test_what_it_cannot_measure_is_refused():

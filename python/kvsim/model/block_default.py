@@ -66,7 +66,7 @@ def rocm_attn_refusal(
         {lay.head_dim or model.head_dim for lay in model.layer_list() if lay.kind not in ("mamba", "none")}
     )
     if connector:
-        return "a KV connector (the CPU tier's OffloadingConnector), which ROCM_ATTN does not serve"
+        return "a KV connector (a CPU tier's OffloadingConnector, a disaggregated fleet's NIXL), which ROCM_ATTN does not serve"
     if arch in ROCM_TRITON_FIRST and kv_dtype != "fp8_e5m2":
         return f"{arch}, on which vLLM tries Triton's backend first"
     if any(h not in ROCM_ATTN_HEADS for h in heads):
@@ -104,7 +104,7 @@ def default_block_size(
       AITER's FlashAttention takes 16 or 32, Triton multiples of 16). Under 16 kvsim keeps 16 there (as
       before: the AITER backends' choice depends on the install).
 
-    `connector`: a KV connector is configured (kvsim's CPU tier); `multimodal`: the checkpoint's encoders are
+    `connector`: a KV connector is configured (kvsim's CPU tier, a disaggregated fleet); `multimodal`: the checkpoint's encoders are
     served (not `language_model_only`). A sparse-attention model's block is `kvsim.model.dsa`'s, a
     DeepSeek-V4 model's its own layout's (16 here stands for unset, as before).
     """

@@ -343,7 +343,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
                 arch,
                 kv,
                 self.default_block_size,
-                connector=self.kv_offloading_size is not None or bool(self.kv_offloading_chunks),
+                # (a CPU tier's OffloadingConnector, a disaggregated fleet's NIXL connector)
+                connector=self.kv_offloading_size is not None
+                or bool(self.kv_offloading_chunks)
+                or self.prefill_replicas > 0,
                 multimodal=bool(m.towers) and not self.language_model_only,
             )
         object.__setattr__(self, "block_size", bs)
@@ -474,6 +477,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             disaggregated=self.prefill_replicas > 0,
         )
         return off is None
+
+    def _measured_off_given(self) -> bool:
+        """Whether a size is given that turns vLLM 0.34.0's measured sizing off (`kv_cache_bytes`, `num_blocks`)."""
+        return self.kv_cache_bytes is not None or self._given["num_blocks"] is not None  # type: ignore[attr-defined]
 
     @property
     def resolved_gpu_memory_utilization(self) -> float:
