@@ -42,7 +42,7 @@ from kvsim.cli.refusals import (
     _refuse_modelless_knobs,
 )
 from kvsim.errors import InvalidArgumentError, TraceFormatError
-from kvsim.model.config import CLUSTER_KNOBS, DEFAULT_BLOCK_SIZE, KNOBS
+from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
 from kvsim.model.units import fmt_count
 from kvsim.workloads.registry import format_value, trace_file_hint
@@ -742,8 +742,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                     )
                 )
             )
-            # (an unset block size resolves to vLLM's 16 but for some MLA models: shown where it is not 16)
-            and not (k == "block_size" and v == DEFAULT_BLOCK_SIZE and pool_bs == v)
+            # (an unset block size resolves to vLLM's default, 16 or default_block_size's 64, but for some MLA
+            # models: shown where it is not that)
+            and not (k == "block_size" and v == config.default_block_size and pool_bs == v)
             # (a sizing knob another overrode, as vLLM lets it: the notes say which one sized the pool)
             and k not in getattr(args, "overridden_knobs", ())
         }

@@ -123,6 +123,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
 
     num_blocks: int | None = default("num_blocks")
     block_size: int = default("block_size")
+    default_block_size: int = default("default_block_size")
     policy: str = default("policy")
     placement: str = default("placement")
     enable_prefix_caching: bool = default("enable_prefix_caching")
@@ -164,6 +165,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     model: Any = default("model")  # noqa: RUF009
     gpu: Any = default("gpu")  # noqa: RUF009
     gpu_memory_utilization: float = default("gpu_memory_utilization")
+    kv_cache_sizing: str = default("kv_cache_sizing")
     kv_cache_bytes: int | None = default("kv_cache_bytes")
     tensor_parallel_size: int = default("tensor_parallel_size")
     data_parallel_size: int = default("data_parallel_size")
@@ -313,28 +315,40 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
                     f"serves, so {knob} {getattr(self, knob)!r} does not apply (only {v1!r})"
                 )
         arch = resolve_gpu(self.gpu).arch if self.gpu is not None else None
-        kv, block = dsa.resolve(m, arch, self.kv_cache_dtype, self.block_size)
+        kv, block = dsa.resolve(m, arch, self.kv_cache_dtype, self.block_size, self.default_block_size)
         object.__setattr__(self, "kv_cache_dtype", kv)
         object.__setattr__(self, "block_size", block)
 
     def _resolve_block_size(self) -> None:
-        """`block_size` unset: vLLM's 16, unless the attention backend vLLM 0.33.0 picks for the model on
-        the GPU named prefers another (`Platform._preferred_block_size_for_backends`: an MLA model's,
-        `kvsim.model.layers.mla_default_block_size`; a sparse-attention model's, set with its KV dtype by
-        `_resolve_kv_cache_dtype`)."""
+        """`block_size` unset: `default_block_size` (vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE`: 16, 64 in vLLM
+        0.34.0) as the attention backend vLLM picks for the model on the GPU named takes it
+        (`Platform._preferred_block_size_for_backends`: `kvsim.model.block_default.default_block_size`; a
+        sparse-attention model's, set with its KV dtype by `_resolve_kv_cache_dtype`)."""
+        from kvsim.model.block_default import check_default_block_size
+
+        check_default_block_size(self.default_block_size)
         if self.block_size is not None:
             return
-        bs = DEFAULT_BLOCK_SIZE
-        if self.model is not None and self.gpu is not None:
+        bs = self.default_block_size
+        if self.model is not None:
+            from kvsim.model.block_default import default_block_size
             from kvsim.model.gpus import resolve as resolve_gpu
-            from kvsim.model.layers import fa4_fp8_block_size, mla_default_block_size
             from kvsim.model.models import resolve
 
             m = resolve(self.model)
             kv = m.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
-            arch = resolve_gpu(self.gpu).arch
-            # (not MLA: FlashAttention 4's 64-token fp8 pages for 512-wide heads on 9.x, Gemma 4 with fp8)
-            bs = mla_default_block_size(m, arch, kv) if m.is_mla else fa4_fp8_block_size(m, arch, kv) or bs
+            arch = resolve_gpu(self.gpu).arch if self.gpu is not None else None
+            bs = default_block_size(
+                m,
+                arch,
+                kv,
+                self.default_block_size,
+                # (a CPU tier's OffloadingConnector, a disaggregated fleet's NIXL connector)
+                connector=self.kv_offloading_size is not None
+                or bool(self.kv_offloading_chunks)
+                or self.prefill_replicas > 0,
+                multimodal=bool(m.towers) and not self.language_model_only,
+            )
         object.__setattr__(self, "block_size", bs)
 
     def _check_context(self) -> None:
@@ -415,7 +429,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             self.gpu,
             self.block_size,
             num_blocks=self.num_blocks,
-            gpu_memory_utilization=self.gpu_memory_utilization,
+            gpu_memory_utilization=self.resolved_gpu_memory_utilization,
             kv_cache_bytes=self.kv_cache_bytes,
             activation_reserve_bytes=self.activation_reserve_bytes,
             kv_cache_dtype=self.kv_cache_dtype,
@@ -435,12 +449,50 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             enable_expert_parallel=self.enable_expert_parallel,
             null_block=self.pool_null_block,
             cpu_blocks=self.cpu_blocks,
+            kv_cache_sizing="measured" if self.measured_sizing_on else "profiled",
         )
         object.__setattr__(self, "_pool", pool)
         object.__setattr__(self, "num_blocks", pool.num_blocks)
         self._check_hybrid()
         self._size_cpu_tier()
         self._check_async()
+
+    @property
+    def measured_sizing_on(self) -> bool:
+        """Whether the pool is sized from measured memory (`kv_cache_sizing` "measured", vLLM 0.34.0's
+        extensible KV cache) and vLLM keeps that on here (`kvsim.model.measured.measured_off`: not with a
+        `kv_cache_bytes` or `num_blocks` given, nor a disaggregated fleet on ROCm)."""
+        from kvsim.model.gpus import is_rocm
+        from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.measured import measured_off
+
+        if self.kv_cache_sizing != "measured":
+            return False
+        rocm = self.gpu is not None and is_rocm(resolve_gpu(self.gpu).arch)
+        given = self._given["num_blocks"] is not None  # type: ignore[attr-defined]
+        off = measured_off(
+            kv_cache_bytes=self.kv_cache_bytes is not None,
+            num_blocks=given,
+            rocm=rocm,
+            disaggregated=self.prefill_replicas > 0,
+        )
+        return off is None
+
+    def _measured_off_given(self) -> bool:
+        """Whether a size is given that turns vLLM 0.34.0's measured sizing off (`kv_cache_bytes`, `num_blocks`)."""
+        return self.kv_cache_bytes is not None or self._given["num_blocks"] is not None  # type: ignore[attr-defined]
+
+    @property
+    def resolved_gpu_memory_utilization(self) -> float:
+        """The share of device memory the pool is sized from: `gpu_memory_utilization`, but 1.0 where the pool
+        is sized from measured memory and it is at its default (vLLM 0.34.0's
+        `CacheConfig.resolved_gpu_memory_utilization`, for an unset one: kvsim's knob has one default, 0.92,
+        so a 0.92 given reads as unset too; DESIGN.md §Defaults and sizing, "Measured sizing")."""
+        from kvsim.model.measured import MEASURED_GPU_MEMORY_UTILIZATION
+
+        if self.measured_sizing_on and self.gpu_memory_utilization == default("gpu_memory_utilization"):
+            return MEASURED_GPU_MEMORY_UTILIZATION
+        return self.gpu_memory_utilization
 
     @property
     def max_in_flight_tokens(self) -> int:

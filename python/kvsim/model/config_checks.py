@@ -76,6 +76,14 @@ class ConfigChecks:
         async_scheduling: bool | None
         chunked_prefill: bool
         prefix_cache_retention_interval: int | None
+        kv_cache_sizing: str
+        gpu: Any
+        kv_cache_bytes: int | None
+
+        def _measured_off_given(self) -> bool: ...
+
+        pool_null_block: str
+        activation_reserve_bytes: int | None
 
         @property
         def pool(self) -> Any: ...
@@ -87,6 +95,33 @@ class ConfigChecks:
             raise InvalidArgumentError(
                 "policy 'static' reserves max_model_len per request: set max_model_len (--max-model-len)"
             )
+        if self.kv_cache_sizing == "measured":
+            # (vLLM 0.34.0's measured sizing, `kvsim.model.measured`: v1's, and it keeps the transient peak
+            # apart from what stays in use, which one measured total does not say)
+            if self.pool_null_block == "extra":
+                raise InvalidArgumentError(
+                    "kv_cache_sizing 'measured' is vLLM 0.34.0's (v1's extensible KV cache): pool_null_block "
+                    "'extra' (vLLM v0's count) does not apply; use kv_cache_sizing 'profiled'"
+                )
+            if self.prefill_replicas > 0 and self.gpu is not None and not self._measured_off_given():
+                from kvsim.model.gpus import is_rocm
+                from kvsim.model.gpus import resolve as resolve_gpu
+
+                if not is_rocm(resolve_gpu(self.gpu).arch):
+                    # (on ROCm it is off: `measured.measured_off`)
+                    raise InvalidArgumentError(
+                        "kv_cache_sizing 'measured' with a disaggregated fleet (prefill_replicas): vLLM 0.34.0 keeps "
+                        "its extensible KV cache on beside NIXL's connector only where the host has an IMEX channel "
+                        "(VllmConfig._resolve_extensible_kv_cache), which kvsim does not know: use kv_cache_sizing "
+                        "'profiled' (vLLM's sizing without one), or give kv_cache_bytes or num_blocks"
+                    )
+            if self.activation_reserve_bytes is not None:
+                raise InvalidArgumentError(
+                    "kv_cache_sizing 'measured' keeps the transient activation peak free apart from the memory "
+                    "that stays in use (weights, non-torch, CUDA graphs), which activation_reserve_bytes lumps "
+                    "into one total: give cudagraph_memory_bytes for the graphs instead, or use "
+                    "kv_cache_sizing 'profiled'"
+                )
         if self.append_check == "one-free-block" and self.policy != "vllm":
             raise InvalidArgumentError(
                 f"append_check 'one-free-block' applies to policy 'vllm', not {self.policy!r}"

@@ -83,13 +83,16 @@ def dsa_kv_dtype(model: Any, arch: str | None, kv_dtype: str | None) -> str | No
     return kv_dtype
 
 
-def dsa_block_size(model: Any, arch: str | None, kv_dtype: str, block_size: int | None) -> int:
+def dsa_block_size(
+    model: Any, arch: str | None, kv_dtype: str, block_size: int | None, default: int = 16
+) -> int:
     """A sparse-attention model's block size on `arch` (None: a GPU not named, taken as CUDA's, vLLM's
     wheel): `block_size` when given, else 64 on CUDA (the indexer's only kernel block, which every sparse
     MLA backend takes: FlashMLA's `MultipleOf(64)`, or exactly 64 for its fp8 cache on 10.x, and FlashInfer's
     SM120 backend's `MultipleOf(64)`, `flashmla_sparse.py` 157-164, `flashinfer_mla_sparse.py` 179-181) and 16
-    on ROCm (vLLM's default; its indexer takes multiples of 16). `kv_dtype` is the cache's (`dsa_kv_dtype`
-    applied; auto as the model's).
+    on ROCm (vLLM's `default`, `CacheConfig.DEFAULT_BLOCK_SIZE`: 16, or 64 in vLLM 0.34.0, which ROCm's
+    AITER sparse MLA backend and its indexer both take, kernel blocks of 1 or multiples of 16). `kv_dtype` is
+    the cache's (`dsa_kv_dtype` applied; auto as the model's).
 
     Raises:
         InvalidArgumentError: what vLLM 0.33.0 refuses or kvsim does not model, named: on CUDA a block size
@@ -161,7 +164,7 @@ def dsa_block_size(model: Any, arch: str | None, kv_dtype: str, block_size: int 
                 "(FlashInfer's SM90 sparse one, which needs FlashInfer 0.6.18 or later) is not modelled: give fp8"
             )
     if block_size is None:
-        return 16 if rocm else DSA_CUDA_BLOCK
+        return default if rocm else DSA_CUDA_BLOCK
     if not rocm and block_size % DSA_CUDA_BLOCK:
         raise InvalidArgumentError(
             f"{where}: block_size {block_size} is not a multiple of {DSA_CUDA_BLOCK}: vLLM 0.33.0's sparse-attention "
@@ -355,16 +358,17 @@ def minimax_m3_block_size(model: Any, arch: str | None, kv_dtype: str | None, bl
 
 
 def resolve(
-    model: Any, arch: str | None, kv_cache_dtype: str | None, block_size: int | None
+    model: Any, arch: str | None, kv_cache_dtype: str | None, block_size: int | None, default: int = 16
 ) -> tuple[str | None, int]:
     """A sparse-attention model's KV cache dtype (`dsa_kv_dtype`: None or auto stays so unless vLLM picks
-    another) and block size (`dsa_block_size`, which refuses what is not modelled) on `arch`; MiniMax-M3's
-    (not MLA) its own (`minimax_m3_block_size`: the dtype as asked)."""
+    another) and block size (`dsa_block_size`, which refuses what is not modelled; `default`, vLLM's
+    `CacheConfig.DEFAULT_BLOCK_SIZE`, where it is unset) on `arch`; MiniMax-M3's (not MLA) its own
+    (`minimax_m3_block_size`: the dtype as asked; 128 under either default)."""
     if not model.is_mla:
         return kv_cache_dtype, minimax_m3_block_size(model, arch, kv_cache_dtype, block_size)
     kv = dsa_kv_dtype(model, arch, kv_cache_dtype)
     dtype = model.kv_dtype if kv in (None, "auto") else kv
-    return kv, dsa_block_size(model, arch, dtype, block_size)
+    return kv, dsa_block_size(model, arch, dtype, block_size, default)
 
 
 def topk_indices_bytes(model: Any, max_num_batched_tokens: int, tp: int) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 from kvsim.model.gpus import BATCH_RULES
 from kvsim.model.layers import GDN_PREFILL_BACKENDS, MAX_TOKENS
+from kvsim.model.measured import SIZINGS
 from kvsim.model.quant import QUANTIZATION_CHOICES
 
 POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
@@ -129,6 +130,17 @@ KNOBS: dict[str, Knob] = {
         lo=1,
         hi=1 << 20,
         optional=True,
+        unit="tokens",
+        metavar="TOKENS",
+    ),
+    "default_block_size": Knob(
+        16,
+        "int",
+        "the block size vLLM offers the attention backend when block_size is unset "
+        "(CacheConfig.DEFAULT_BLOCK_SIZE): 16 (vLLM 0.33.0 and before) or 64 (vLLM 0.34.0: every CUDA backend "
+        "kvsim picks takes it; ROCm's ROCM_ATTN keeps 16)",
+        lo=16,
+        hi=64,
         unit="tokens",
         metavar="TOKENS",
     ),
@@ -489,6 +501,15 @@ KNOBS: dict[str, Knob] = {
         hi=1.0,
         open_lo=True,
         metavar="FRACTION",
+    ),
+    "kv_cache_sizing": Knob(
+        "profiled",
+        "choice",
+        "how the pool is sized from a GPU: profiled (vLLM 0.33.0: device memory x gpu_memory_utilization less "
+        "the profiled terms) or measured (vLLM 0.34.0's extensible KV cache: what the memory measured after "
+        "warmup holds, less a margin; gpu_memory_utilization at its default reads as unset, 1.0; off, as in "
+        "vLLM, with kv_cache_bytes or num_blocks given)",
+        choices=SIZINGS,
     ),
     "kv_cache_bytes": Knob(
         None,

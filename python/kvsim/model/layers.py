@@ -56,7 +56,13 @@ KERNEL_BLOCK_ALIGNMENT = 16
 MLA_HYBRID_ALIGNMENT = 128
 
 
-def mla_default_block_size(model: Any, arch: str, kv_dtype: str) -> int:
+def preferred_block_size(default: int, kernel_blocks: tuple[int, ...]) -> int:
+    """`AttentionBackend.get_preferred_block_size` (vLLM 0.34.0, as 0.33.0): `default` where one of the
+    backend's kernel block sizes (a `MultipleOf(n)` counted as `n`) divides it, else the smallest."""
+    return default if any(default % b == 0 for b in kernel_blocks) else min(kernel_blocks)
+
+
+def mla_default_block_size(model: Any, arch: str, kv_dtype: str, default: int = 16) -> int:
     """The block size vLLM 0.33.0 gives an MLA model when `--block-size` is not set: that of the first MLA
     backend in its priority list (`vllm/platforms/cuda.py`, `_get_backend_priorities`) that takes the
     model, its preferred size (`AttentionBackend.get_preferred_block_size`: 16 if the backend takes it,
@@ -67,9 +73,14 @@ def mla_default_block_size(model: Any, arch: str, kv_dtype: str) -> int:
     vLLM's CUDA wheels). Elsewhere (8.x, 12.x: Triton's MLA backend) 16. DeepSeek-V4 keeps 16 here (its
     own layout gives its 256-token blocks). Refused: what the list's later backends decide (a
     `qk_nope_head_dim` FlashInfer's kernel does not take on 10.x; `fp8_e5m2`, which neither FlashInfer's
-    nor FlashMLA's takes)."""
-    if any(lay.kind == "deepseek_v4" for lay in model.layers) or not arch.startswith(("sm_9", "sm_10")):
+    nor FlashMLA's takes). `default` is vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE` offered to the backend
+    (`kvsim.model.block_default`): 16 gives the sizes above; 64 (vLLM 0.34.0) gives 64 on every one of them,
+    each taking it (FlashInfer MLA: 32 or 64; FlashMLA: 64; the others multiples of 16), with the same
+    refusals (the backend picked does not depend on it)."""
+    if any(lay.kind == "deepseek_v4" for lay in model.layers):
         return 16
+    if not arch.startswith(("sm_9", "sm_10")):
+        return preferred_block_size(default, (16,))  # Triton MLA (ROCm's too: AITER's MLA is off by default)
     fp8 = kv_dtype.startswith("fp8")
     if kv_dtype == "fp8_e5m2":
         raise InvalidArgumentError(
@@ -85,8 +96,8 @@ def mla_default_block_size(model: Any, arch: str, kv_dtype: str) -> int:
                 "MLA backend takes (64, 128, 192), and which later backend it picks is not modelled; give "
                 "block_size"
             )
-        return 32
-    return 64 if fp8 else 16
+        return preferred_block_size(default, (32, 64))  # FlashInfer MLA
+    return preferred_block_size(default, (64,) if fp8 else (16,))  # FlashMLA, else FlashAttention MLA
 
 
 # FlashAttention 4's fp8 page on 9.x (vLLM 0.33.0, `v1/attention/backends/flash_attn.py` 300-326,

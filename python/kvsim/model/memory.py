@@ -231,6 +231,9 @@ class StartupFigures:
             less its extra null block) over the blocks one request of `max_model_len` tokens holds.
         num_blocks: vLLM's `num_gpu_blocks` (its log's "# GPU blocks").
         v0: vLLM v0's further figures, for a v0 pool (`V0Startup`); None for v1's.
+        measured_lines: vLLM 0.34.0's lines for a pool sized from measured memory (its warning of a capping
+            utilization, "Memory after warmup", and last "Extended KV cache": `kvsim.model.measured.
+            MeasuredSizing.lines`), else None.
     """
 
     model_loading_bytes: int
@@ -240,6 +243,7 @@ class StartupFigures:
     max_concurrency: float
     num_blocks: int
     v0: V0Startup | None = None
+    measured_lines: tuple[str, ...] | None = None
 
     def lines(self) -> list[str]:
         """The figures worded as vLLM 0.33.0 logs them: three lines, the KV cache's size and the concurrency
@@ -250,10 +254,16 @@ class StartupFigures:
         out = [f"Model loading took {format_gib(self.model_loading_bytes)} GiB memory"]
         if self.available_kv_bytes is not None:
             out.append(f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB")
+        if self.measured_lines is not None:
+            # vLLM 0.34.0's measured sizing (`kvsim.model.measured`): the available memory above is the
+            # reservation; the worker logs the measurement, the engine the blocks, then the extension
+            out.extend(self.measured_lines[:-1])
         out.append(
             f"GPU KV cache size: {self.kv_cache_tokens:,} tokens, Maximum concurrency for {self.max_model_len:,} "
             f"tokens per request: {self.max_concurrency:.2f}x"
         )
+        if self.measured_lines is not None:
+            out.append(self.measured_lines[-1])
         return out
 
     def v0_lines(self, v0: V0Startup) -> list[str]:

@@ -49,6 +49,7 @@ from kvsim.model.linear_time import (
     load_calibration,
 )
 from kvsim.model.machete import machete_zero_bytes
+from kvsim.model.measured import MeasuredSizing, measure
 from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
 from kvsim.model.models import Model, model_label, with_quantization
 from kvsim.model.models import resolve as resolve_model
@@ -145,7 +146,8 @@ class PoolSizing:
         gpu: the GPU's name when sized from it.
         gpu_memory_utilization, memory_bytes, weight_bytes, activation_reserve_bytes: the terms of the
             GPU sizing (one GPU's weights under tensor parallelism).
-        kv_cache_bytes: the KV memory the blocks were cut from.
+        kv_cache_bytes: the KV memory the blocks were cut from (measured: `measured.kv_bytes`, the
+            reservation being `figures.available_kv_bytes`).
         tensor_parallel_size: GPUs the model is split over.
         layout: the model's KV-cache groups (`kvsim.model.layers.KVLayout`), or None without a model.
         non_torch_bytes, cudagraph_bytes: the other non-KV terms of the GPU sizing (`kvsim.model.memory`);
@@ -156,6 +158,7 @@ class PoolSizing:
         rope_cache_bytes: the rotary caches every GPU holds (part of the weights), or None without a model.
         kv_room_bytes: with a model and a GPU, the most KV cache one GPU holds beside its weights (device
             memory less the weights: a `kv_cache_bytes` above it is refused), else None.
+        measured: the terms of vLLM 0.34.0's measured sizing (`kvsim.model.measured.MeasuredSizing`), or None.
         vllm_refusal: vLLM's start-up refusal of a pool kvsim runs anyway, else None: a `kv_cache_bytes`
             given with a model but no GPU (kvsim's experiment; with a GPU, refused as vLLM refuses it), or
             with a model a pool in blocks (`num_blocks`, vLLM's `--num-gpu-blocks-override`, which vLLM
@@ -188,6 +191,7 @@ class PoolSizing:
     null_block: str = "within"
     vllm_refusal: str | None = None
     model_label: str | None = None
+    measured: MeasuredSizing | None = None
 
     @property
     def pool_block_size(self) -> int:
@@ -260,6 +264,15 @@ class PoolSizing:
                 f"{self.gpu} × {self.gpu_memory_utilization:.2f} − {fmt_bytes(self.weight_bytes)} weights − "
                 f"{fmt_bytes(self.activation_reserve_bytes)} activations{others}; {per_token}{tp}"
             )
+            if self.measured is not None:  # (vLLM 0.34.0's sizing: `kvsim.model.measured`)
+                assert self.gpu is not None
+                assert self.gpu_memory_utilization is not None
+                why = (
+                    self.measured.why(
+                        self.gpu, self.gpu_memory_utilization, self.weight_bytes, self.non_torch_bytes or 0
+                    )
+                    + f"; {per_token}{tp}"
+                )
         elif self.source == "kv_cache_bytes":
             assert self.kv_cache_bytes is not None
             why = f"kv_cache_bytes {fmt_bytes(self.kv_cache_bytes)}; {per_token}{tp}"
@@ -278,8 +291,9 @@ class PoolSizing:
         out = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in ("layout", "figures")
+            if f.name not in ("layout", "figures", "measured")
         }
+        out["measured"] = None if self.measured is None else dataclasses.asdict(self.measured)
         # (the pool's block size, what each block holds; the one given beside it, which a state layer may
         # have raised: a 576-token pool once read "block_size": 16)
         out["block_size"] = self.pool_block_size
@@ -331,6 +345,7 @@ def size_pool(
     enable_expert_parallel: bool = False,
     null_block: str = "within",
     cpu_blocks: int = 0,
+    kv_cache_sizing: str = "profiled",
 ) -> PoolSizing:
     """The pool of a configuration: `num_blocks` if given, else from `kv_cache_bytes`, else from the GPU.
 
@@ -340,7 +355,9 @@ def size_pool(
     (`kvsim.model.memory`): the share of device memory less the weights (`quantization`: vLLM's
     `--quantization`; a multimodal checkpoint's towers, `kvsim.model.encoders`, unless
     `language_model_only`; the rotary caches, `kvsim.model.rope`), the activation peak, non-torch memory
-    and CUDA graphs (none with `enforce_eager`). `in_flight_batches` (vLLM's `max_concurrent_batches`: 2 with
+    and CUDA graphs (none with `enforce_eager`); `kv_cache_sizing` "measured", from a GPU, vLLM 0.34.0's rule
+    (`kvsim.model.measured`: the blocks the memory measured after warmup holds, no more than these; the caller
+    resolves where vLLM turns it off and the utilization). `in_flight_batches` (vLLM's `max_concurrent_batches`: 2 with
     async scheduling, 1 without) bounds a sliding-window or chunked-local group's blocks per request.
     With a model the result carries vLLM's four start-up figures (`PoolSizing.figures`).
 
@@ -526,19 +543,41 @@ def size_pool(
         )
     assert nonkv is not None
     whole = shard(base, kv_cache_dtype, 1) if base is not None else m
+    # (measured, vLLM 0.34.0 profiles no CUDA graphs for the capacity: `profile_cudagraph_memory` returns 0)
+    later = nonkv.cudagraph if kv_cache_sizing == "measured" and not nonkv.measured else 0
     kv = available_kv_bytes(
         whole,
         g,
         gpu_memory_utilization,
-        activation_reserve_bytes=nonkv.total,
+        activation_reserve_bytes=nonkv.total - later,
         tensor_parallel_size=tp,
-        breakdown=None if nonkv.measured else (nonkv.activation, nonkv.non_torch, nonkv.cudagraph),
+        breakdown=None if nonkv.measured else (nonkv.activation, nonkv.non_torch, nonkv.cudagraph - later),
         weight_bytes=gpu_weights,
         expert_parallel=expert_parallel,
         data_parallel_size=data_parallel_size,
     )
     check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization")
-    blocks = _blocks(kv, m, layout, "gpu_memory_utilization", null_block)
+    measured = None
+    if kv_cache_sizing == "measured" and not nonkv.measured:
+        measured = measure(g.memory_bytes, gpu_memory_utilization, m.loaded_bytes, nonkv, kv, layout, rocm)
+    # (the capacity, vLLM 0.34.0's reservation and its "Available KV cache memory", is the profiled `kv`)
+    cut = kv if measured is None else measured.vllm_blocks * layout.bytes_per_block
+    blocks = _blocks(cut, m, layout, "gpu_memory_utilization", null_block)
+    sized = figures(
+        blocks - (null_block == "extra"),
+        kv,
+        V0Startup(
+            block_size,
+            cpu_blocks,
+            g.memory_bytes,
+            gpu_memory_utilization,
+            nonkv.activation,
+            None if nonkv.measured else nonkv.non_torch,
+            kv,
+        ),
+    )
+    if measured is not None and sized is not None:
+        sized = dataclasses.replace(sized, measured_lines=measured.lines(gpu_memory_utilization))
     return PoolSizing(
         num_blocks=blocks,
         source="gpu",
@@ -547,23 +586,12 @@ def size_pool(
         memory_bytes=g.memory_bytes,
         weight_bytes=m.loaded_bytes,
         activation_reserve_bytes=nonkv.activation,
-        kv_cache_bytes=kv,
+        kv_cache_bytes=kv if measured is None else measured.kv_bytes,
         non_torch_bytes=None if nonkv.measured else nonkv.non_torch,
         cudagraph_bytes=None if nonkv.measured else nonkv.cudagraph,
-        figures=figures(
-            blocks - (null_block == "extra"),
-            kv,
-            V0Startup(
-                block_size,
-                cpu_blocks,
-                g.memory_bytes,
-                gpu_memory_utilization,
-                nonkv.activation,
-                None if nonkv.measured else nonkv.non_torch,
-                kv,
-            ),
-        ),
+        figures=sized,
         null_block=null_block,
+        measured=measured,
         **common,
     )
 

@@ -1,0 +1,222 @@
+"""`kv_cache_sizing` "measured": vLLM 0.34.0's KV cache sized from the memory measured after warmup
+(`measure_kv_cache_bytes`, `vllm/v1/worker/extensible_kv_cache.py`), from kvsim's memory terms (DESIGN.md
+§Defaults and sizing, "Measured sizing")."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model import gpus
+from kvsim.model.config import KNOBS, SimConfig
+from kvsim.model.measured import measure_kv_cache_bytes
+
+GIB = 1 << 30
+
+
+def test_the_formula_is_vllms():
+    """80 GiB free at start, 20 GiB in use after warmup (none of it KV), a 2 GiB transient peak: the margin is
+    max(1 GiB, 0.75 × 2 GiB) = 1.5 GiB; min(80 − 20, 60 − 1.5) − 2 = 56.5 GiB. With 4 GiB of blocks committed
+    the same memory is the same cache (they count as headroom, not as in use); a budget of 70 GiB binds
+    first: 70 − 20 − 2 = 48; a peak of 0.5 GiB keeps the 1 GiB floor: 60 − 1 − 0.5 = 58.5; never negative."""
+    base = {"init_free_memory": 80 * GIB, "requested_memory": 80 * GIB}
+    assert measure_kv_cache_bytes(
+        free_memory=60 * GIB, committed_bytes=0, transient_peak_bytes=2 * GIB, **base
+    ) == (113 * GIB // 2)
+    assert measure_kv_cache_bytes(
+        free_memory=56 * GIB, committed_bytes=4 * GIB, transient_peak_bytes=2 * GIB, **base
+    ) == (113 * GIB // 2)
+    capped = {**base, "requested_memory": 70 * GIB}
+    assert measure_kv_cache_bytes(
+        free_memory=60 * GIB, committed_bytes=0, transient_peak_bytes=2 * GIB, **capped
+    ) == (48 * GIB)
+    assert measure_kv_cache_bytes(
+        free_memory=60 * GIB, committed_bytes=0, transient_peak_bytes=GIB // 2, **base
+    ) == (117 * GIB // 2)
+    assert (
+        measure_kv_cache_bytes(free_memory=GIB, committed_bytes=0, transient_peak_bytes=2 * GIB, **base) == 0
+    )
+    # the torch reserve growth is kept free where it is the larger (kvsim takes none)
+    assert measure_kv_cache_bytes(
+        free_memory=60 * GIB,
+        committed_bytes=0,
+        transient_peak_bytes=2 * GIB,
+        torch_reserve_growth_bytes=3 * GIB,
+        **base,
+    ) == (111 * GIB // 2)
+
+
+def test_the_default_is_profiled_and_nothing_changes():
+    assert KNOBS["kv_cache_sizing"].default == "profiled"
+    c = SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
+    assert (c.kv_cache_sizing, c.resolved_gpu_memory_utilization, c.pool.measured) == ("profiled", 0.92, None)
+    assert len(c.pool.figures.lines()) == 3
+    assert c == SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="profiled")
+
+
+def test_llama_3_1_8b_on_an_h100_by_hand():
+    """Llama-3.1-8B on an H100 (T = 79.19 GiB): after warmup the weights W, non-torch memory N and the CUDA
+    graphs G stay in use, and the activation peak A is kept free (kvsim's estimates, the profiled terms).
+    An unset utilization is 1.0, so the budget T − (W + N + G) is above the device's headroom less the
+    margin, max(1 GiB, 0.75 A) = 0.75 × 1.9 GiB: KV = T − (W + N + G) − 0.75 A − A, cut into blocks of
+    16 × 131,072 B; the reservation ("Available KV cache memory") is 0.33.0's rule at 1.0 without the CUDA
+    graphs (vLLM 0.34.0 estimates none under it: the capture is measured after warmup), T − W − A − N. The
+    profiled pool, at 0.92, has 0.08 T − 0.75 A less memory."""
+    prof = SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
+    meas = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured")
+    p = meas.pool
+    t = gpus.get("h100-80gb").memory_bytes
+    w, n, g, a = p.weight_bytes, p.non_torch_bytes, p.cudagraph_bytes, p.activation_reserve_bytes
+    assert (w, n, g, a) == (
+        prof.pool.weight_bytes,
+        prof.pool.non_torch_bytes,
+        prof.pool.cudagraph_bytes,
+        prof.pool.activation_reserve_bytes,
+    )
+    margin = max(GIB, int(0.75 * a))
+    assert margin == int(0.75 * a)  # (A is 1.9 GiB)
+    kv = t - (w + n + g) - margin - a
+    assert meas.resolved_gpu_memory_utilization == 1.0
+    assert p.measured is not None
+    assert p.measured.kv_bytes == kv
+    assert p.figures.available_kv_bytes == t - w - a - n  # the reservation
+    assert p.kv_cache_bytes == kv
+    assert meas.num_blocks == kv // (16 * 131_072)
+    assert prof.num_blocks == (math.floor(t * 0.92) - w - a - n - g) // (16 * 131_072)
+    assert meas.num_blocks > prof.num_blocks
+    assert (meas.num_blocks - prof.num_blocks) * 16 * 131_072 == pytest.approx(
+        0.08 * t - margin, abs=2 * 2**21
+    )
+    lines = p.figures.lines()
+    assert lines[1] == f"Available KV cache memory: {round((t - w - a - n) / GIB, 2)} GiB"
+    assert lines[2].startswith(f"Memory after warmup: {round((t - w - n - g) / GIB, 2)} GiB free")
+    assert f"; {meas.num_blocks} KV cache blocks" in lines[2]
+    assert lines[3].startswith(f"GPU KV cache size: {meas.num_blocks * 16:,} tokens")
+    assert (
+        lines[4] == f"Extended KV cache to {meas.num_blocks} blocks ({meas.num_blocks * 2 / 1024:.2f} GiB)."
+    )
+    assert "1.00 − " in p.line()
+    assert "margin (measured after warmup, vLLM 0.34.0)" in p.line()
+    # with 0.34.0's default block of 64 too (what a vllm-0.34 preset sets): the same bytes, blocks of 8 MiB
+    both = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured", default_block_size=64)
+    assert both.num_blocks == kv // (64 * 131_072)
+
+
+def test_a_utilization_given_caps_the_budget_and_vllm_warns():
+    """Given 0.9, the budget 0.9 T − (W + N + G) binds before the headroom less the margin: KV = ceil(0.9 T) −
+    (W + N + G) − A, 0.33.0's profiled bytes at 0.9 (kvsim's floor of 0.9 T against vLLM's ceil: at most a
+    byte apart) and G below the reservation, which counts no CUDA graphs; vLLM warns that 0.9 keeps memory out of the cache. kvsim's knob has one default, 0.92, so a
+    0.92 given reads as unset: 1.0 (a listed departure)."""
+    c = SimConfig(
+        model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured", gpu_memory_utilization=0.9
+    )
+    p = c.pool
+    t = gpus.get("h100-80gb").memory_bytes
+    assert p.measured is not None
+    kv = (
+        math.ceil(t * 0.9)
+        - (p.weight_bytes + p.non_torch_bytes + p.cudagraph_bytes)
+        - p.activation_reserve_bytes
+    )
+    assert p.measured.kv_bytes == kv
+    assert c.num_blocks == min(kv, p.figures.available_kv_bytes) // (16 * 131_072)
+    lines = p.figures.lines()
+    assert lines[2].startswith("gpu_memory_utilization=0.9 caps this instance at ")
+    withheld = (t - p.measured.non_kv_bytes - p.measured.margin_bytes - p.activation_reserve_bytes) - kv
+    assert f"keeping {round(withheld / GIB, 2)} GiB of free device memory out" in lines[2]
+    assert "margin" not in p.line()
+    given = SimConfig(
+        model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured", gpu_memory_utilization=0.92
+    )
+    assert given.resolved_gpu_memory_utilization == 1.0
+
+
+def test_an_mla_model_keeps_three_quarters_of_its_peak_as_margin():
+    """DeepSeek-V3 at tp 8 on H200s: a 3.7 GiB activation peak, so a margin of 0.75 × A (above the 1 GiB
+    floor); the blocks are 16 × 61 × 576 × 2 = 1,124,352 B (FlashAttention MLA's 16)."""
+    c = SimConfig(
+        model="deepseek-v3",
+        gpu="h200",
+        tensor_parallel_size=8,
+        max_model_len=32768,
+        kv_cache_sizing="measured",
+    )
+    p = c.pool
+    m = p.measured
+    assert m is not None
+    t = gpus.get("h200").memory_bytes
+    a = p.activation_reserve_bytes
+    assert m.margin_bytes == int(0.75 * a) > GIB
+    assert m.kv_bytes == t - (p.weight_bytes + p.non_torch_bytes + p.cudagraph_bytes) - int(0.75 * a) - a
+    assert c.block_size == 16
+    assert c.num_blocks == m.kv_bytes // (16 * 61 * 576 * 2)
+
+
+def test_a_mamba_hybrids_blocks_are_its_layouts():
+    """Qwen3-Next-80B-A3B at tp 4 on H100s: four groups of 12 layers (12 full-attention, 36 gated-delta-net
+    states padded to the attention page) share the block ids, and a block takes one 320-token page of
+    1,024 B a token in each of a group's 12 layers: 12 × 320 × 1,024 B = 3.75 MiB (`layout.bytes_per_block`,
+    vLLM's `bytes_per_block`, the sum of the segments' strides); the measured bytes are cut into those."""
+    c = SimConfig(
+        model="qwen3-next-80b-a3b",
+        gpu="h100-80gb",
+        tensor_parallel_size=4,
+        max_model_len=32768,
+        kv_cache_sizing="measured",
+    )
+    p = c.pool
+    assert p.measured is not None
+    assert p.layout is not None
+    assert p.layout.bytes_per_block == 12 * 320 * 1024
+    assert c.num_blocks == p.measured.kv_bytes // p.layout.bytes_per_block
+    assert p.measured.bytes_per_block == p.layout.bytes_per_block
+
+
+def test_rocm_keeps_a_3_gib_margin():
+    """On ROCm the margin's floor is 3 GiB (`KV_CACHE_MARGIN_FLOOR_BYTES`), above Llama-3.1-8B's 0.75 × 1.9."""
+    c = SimConfig(model="llama-3.1-8b", gpu="mi300x", kv_cache_sizing="measured")
+    p = c.pool
+    assert p.measured is not None
+    assert p.measured.margin_bytes == 3 * GIB
+    t = gpus.get("mi300x").memory_bytes
+    assert p.measured.kv_bytes == t - p.measured.non_kv_bytes - 3 * GIB - p.activation_reserve_bytes
+
+
+def test_vllm_turns_it_off_where_the_size_is_given():
+    """`_resolve_extensible_kv_cache`: `--kv-cache-memory-bytes` or `--num-gpu-blocks-override` given, or on
+    ROCm NIXL's connector (a disaggregated fleet): the profiled rule, an unset utilization 0.92; on CUDA a
+    disaggregated fleet is refused (on only with an IMEX channel)."""
+    base = {"model": "llama-3.1-8b", "kv_cache_sizing": "measured"}
+    kv = SimConfig(gpu="h100-80gb", kv_cache_bytes="20GiB", **base)
+    assert (kv.measured_sizing_on, kv.pool.measured, kv.resolved_gpu_memory_utilization) == (
+        False,
+        None,
+        0.92,
+    )
+    blocks = SimConfig(gpu="h100-80gb", num_blocks=5000, **base)
+    assert (blocks.measured_sizing_on, blocks.num_blocks) == (False, 5000)
+    assert SimConfig(num_blocks=100, kv_cache_sizing="measured").pool.measured is None
+    rocm_pd = SimConfig(gpu="mi300x", prefill_replicas=1, replicas=2, **base)
+    assert not rocm_pd.measured_sizing_on
+    # on CUDA it stays on beside NIXL only where the host has an IMEX channel, which kvsim does not know
+    with pytest.raises(InvalidArgumentError, match="IMEX channel"):
+        SimConfig(gpu="h100-80gb", prefill_replicas=1, replicas=2, **base)
+    assert (
+        SimConfig(gpu="h100-80gb", prefill_replicas=1, replicas=2, num_blocks=5000, **base).num_blocks == 5000
+    )
+
+
+def test_what_it_cannot_measure_is_refused():
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "kv_cache_sizing": "measured"}
+    with pytest.raises(InvalidArgumentError, match="activation_reserve_bytes lumps"):
+        SimConfig(activation_reserve_bytes="2GiB", **base)
+    with pytest.raises(InvalidArgumentError, match="pool_null_block 'extra'"):
+        SimConfig(pool_null_block="extra", **base)
+    with pytest.raises(InvalidArgumentError, match="kv_cache_sizing"):
+        SimConfig(kv_cache_sizing="guessed", num_blocks=100)
+    # without graphs (enforce_eager) the formula holds with G = 0
+    eager = SimConfig(enforce_eager=True, **base).pool
+    assert eager.measured is not None
+    assert eager.measured.non_kv_bytes == eager.weight_bytes + eager.non_torch_bytes
