@@ -29,6 +29,21 @@ const DPOS: u32 = 1 << 30;
 pub(super) const COUNT: u32 = DPOS - 1;
 
 impl Span {
+    /// The span a finish's re-ranking makes of a run of `n` (1..=`COUNT`) chunks `(hi, lo..lo + n)`,
+    /// request ranks `req..req + n` from its last chunk, positions 0 (`Run::reranked(req + n - 1)`'s
+    /// `span(hi, lo)`, built directly).
+    #[inline]
+    pub(super) fn finished(req: u64, (hi, lo): (u64, u64), n: u32) -> Self {
+        debug_assert!((1..=COUNT).contains(&n));
+        Span {
+            req,
+            hi,
+            lo: lo.wrapping_add(u64::from(n) - 1),
+            pos: 0,
+            n: n | DREQ,
+        }
+    }
+
     /// The entry alone.
     #[inline]
     pub(super) fn one(((req, Reverse(pos)), key): Entry) -> Self {

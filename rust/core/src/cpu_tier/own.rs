@@ -209,7 +209,9 @@ impl CpuTier {
         n: u64,
         evicted: &mut Vec<BlockKey>,
     ) -> bool {
-        if let Some(i) = self.owns.valid(*h, hi) {
+        if *h != OWN_FRESH
+            && let Some(i) = self.owns.valid(*h, hi)
+        {
             let o = self.owns.slots[i];
             let (start, end) = (u64::from(o.lo), u64::from(o.lo) + u64::from(o.n));
             // (as `store_own_run` continues a pending run of the same rank; the eviction takes
@@ -300,15 +302,18 @@ impl CpuTier {
         let o = self.owns.slots[i];
         if o.ready {
             let n = u64::from(o.n);
-            let span = o
-                .run()
-                .reranked(self.next_rank + n)
-                .span(hi, u64::from(o.lo));
+            let span = Span::finished(self.next_rank + 1, (hi, u64::from(o.lo)), o.n);
+            debug_assert_eq!(
+                Some(span),
+                o.run()
+                    .reranked(self.next_rank + n)
+                    .span(hi, u64::from(o.lo))
+            );
             self.next_rank += n;
             self.owns.len -= n;
             self.owns.release(i);
             self.lane_len += n;
-            self.lane.push_back(span.expect("an own run is a span"));
+            self.lane.push_back(span);
             self.debug_check();
             return true;
         }

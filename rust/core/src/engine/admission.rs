@@ -293,7 +293,8 @@ impl Engine<'_> {
     /// The waiting phase with a CPU tier, its usual heads (nothing held, a head the tier holds nothing
     /// for: `tier_has_nothing_for`) admitted by the plain loop; the first other one hands the rest of
     /// the phase to the tier's loop (`tier_admit_waiting`), which decides such heads alike.
-    #[inline(never)]
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // one call a request: measured (results/README.md §CPU tier)
     fn tier_admit_plain(&mut self, budget: u64) {
         if !self.tier_hot.held_empty {
             self.tier_admit_waiting(budget);

@@ -17,9 +17,35 @@ impl Engine<'_> {
         self.observe_now()
     }
 
-    /// `observe` when a transfer in flight may have ended.
+    /// `observe` when a transfer in flight may have ended: the usual case, one own run's store in
+    /// flight, done, no load (nothing else in flight after it), seen in place; any other, by
+    /// `observe_any`.
     #[inline(never)]
     fn observe_now(&mut self) -> bool {
+        let (t, now) = (self.t, self.tier_hot.observed);
+        let tier = self.tier.as_deref_mut().expect("a CPU tier");
+        if tier.loads.is_empty()
+            && let [job] = tier.stores.as_slice()
+            && job.end <= t
+            && job.avail <= now
+            && let What::Own { h, lo, n } = job.what
+        {
+            let (k, row) = (job.k, job.row);
+            tier.stores.clear();
+            let hi = super::private_hi(row);
+            if !tier.cpu.complete_own(h, hi, lo, n) {
+                tier.cpu.complete_store_run(hi, lo, n);
+            }
+            self.tier_hot.min_end = i64::MAX;
+            self.store_seen(k, row, n);
+            return true;
+        }
+        self.observe_any()
+    }
+
+    /// `observe_now` of anything in flight.
+    #[inline(never)]
+    fn observe_any(&mut self) -> bool {
         let mut tier = self.tier.take().expect("a CPU tier");
         let (t, now) = (self.t, self.tier_hot.observed);
         let done = |j: &Job| j.end <= t && j.avail <= now;
@@ -27,16 +53,9 @@ impl Engine<'_> {
             && let [job] = tier.stores.as_slice()
             && done(job)
         {
-            // One store in flight, done, no load (the usual case): nothing else in flight after it.
-            if let What::Own { h, lo, n } = job.what {
-                // (the usual store: read in place, no job moved out)
-                let (k, row) = (job.k, job.row);
-                tier.stores.clear();
-                self.own_done(&mut tier, (k, row), h, lo, n);
-            } else {
-                let job = tier.stores.pop().expect("one store");
-                self.store_done(&mut tier, job);
-            }
+            // One store in flight, done, no load: nothing else in flight after it.
+            let job = tier.stores.pop().expect("one store");
+            self.store_done(&mut tier, job);
             self.tier_hot.min_end = i64::MAX;
             self.tier = Some(tier);
             return true;
@@ -136,10 +155,7 @@ impl Engine<'_> {
             }
             What::Load(_) | What::Remote => unreachable!("a store"),
         };
-        if k != usize::MAX && self.slab[k].row == row {
-            self.slab[k].jobs -= 1; // (its request not finished)
-        }
-        self.log_count(event::STORE_DONE, row, -1, n as i64);
+        self.store_seen(k, row, n);
     }
 
     /// `store_done` of an own run's store (`What::Own`, handle `h`, chunks `lo..lo + n`) of request
@@ -158,6 +174,15 @@ impl Engine<'_> {
         if !tier.cpu.complete_own(h, hi, lo, n) {
             tier.cpu.complete_store_run(hi, lo, n);
         }
+        self.store_seen(k, row, n);
+    }
+
+    /// What every store seen done ends with (`store_done`, `own_done`): its request's count of
+    /// transfers down (if it has not finished: its slot `k` still holds row `row`), and its
+    /// `store-done` row of `n` chunks.
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // the tail of the two above, one store a request: as it was written in them
+    fn store_seen(&mut self, k: usize, row: usize, n: u64) {
         if k != usize::MAX && self.slab[k].row == row {
             self.slab[k].jobs -= 1; // (its request not finished)
         }
@@ -278,7 +303,7 @@ impl Engine<'_> {
             if !self.tier_hot.pending {
                 debug_assert!(!self.scheduled.is_empty()); // (not `tier_idle`)
                 self.offer_scheduled(self.t + dt as i64);
-                return (dt, !self.tier_stays_quiet());
+                return (dt, !self.tier_stays_quiet_offered());
             }
             if self.tier_ref().finishes_only() {
                 if self.scheduled.is_empty() {
@@ -287,10 +312,22 @@ impl Engine<'_> {
                     return (dt, false);
                 }
                 self.offer_scheduled_then_finish(self.t + dt as i64);
-                return (dt, !self.tier_stays_quiet());
+                return (dt, !self.tier_stays_quiet_offered());
             }
         }
         self.tier_step_stores_now(dt)
+    }
+
+    /// `tier_stays_quiet` after `offer_scheduled` (or `offer_scheduled_then_finish`) of a lockstep
+    /// step's admissions, told from the offer's own flag: no fence stood (`pending` was false, or
+    /// `finishes_only`) and the offer made none, so the step stays quiet exactly when its admissions
+    /// offered their whole prompts (`offered_all`, which the offer sets true for a connector, whose
+    /// tier is always quiet).
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // a flag read, in the lockstep step's inline dispatch
+    fn tier_stays_quiet_offered(&self) -> bool {
+        debug_assert_eq!(self.tier_hot.offered_all, self.tier_stays_quiet());
+        self.tier_hot.offered_all
     }
 
     /// `tier_step_stores` of a lockstep step with something to offer (not `tier_idle`): its scheduled

@@ -191,6 +191,8 @@ impl Engine<'_> {
             }
             self.tier_hot.offered_all = all;
             debug_assert!(flushed.is_empty() && tier.fences.is_empty());
+        } else {
+            self.tier_hot.offered_all = true; // (a connector: nothing to offer, always quiet)
         }
         tier.touched.clear();
         self.tier = Some(tier);
@@ -284,8 +286,14 @@ impl Engine<'_> {
             return (false, prompt || self.offered_prompt(tier, k));
         }
         if bpc == 1 {
-            self.ensure_tier_keys(k, num_chunks);
+            // A fresh request (`OWN_FRESH`: admitted by the plain loop, its first chunk private, so
+            // `defer_keys` hashes none of its keys) needs no keys made.
+            let fresh = self.slab[k].tier_own == crate::cpu_tier::OWN_FRESH;
+            if !fresh {
+                self.ensure_tier_keys(k, num_chunks);
+            }
             let s = &self.slab[k];
+            debug_assert!(!fresh || (self.defer_keys && s.private_from < self.cfg.block_size));
             let (row, count) = (s.row, num_chunks - start);
             let hi = private_hi(row); // (also the request's id in the tier)
             let before = tier.cpu.num_evicted();
