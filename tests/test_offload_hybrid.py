@@ -92,6 +92,9 @@ def tiered_hybrid_configs(draw, padded: bool = False) -> kvsim.SimConfig:
         kv_offloading_blocks_per_chunk=draw(st.sampled_from([1, 1, 2, 3])),
         kv_offloading_eviction_policy=draw(st.sampled_from(["lru", "arc"])),
         kv_offloading_store_threshold=draw(st.sampled_from([0, 0, 2])),
+        # vLLM 0.34.0's two rules, drawn (DESIGN.md §CPU tier)
+        kv_offloading_store_threshold_count=draw(st.sampled_from(["per-offer", "per-request"])),
+        kv_offloading_hit_junction=draw(st.booleans()),
         kv_offloading_prompt_only=draw(st.booleans()),
         kv_offloading_ps_per_block=draw(
             st.sampled_from([7, 10**5 + 1, 10**8, 3 * 10**9] if padded else [0, 0, 10**5, 10**8, 3 * 10**9])
