@@ -475,6 +475,13 @@ def _vllm_config(
     )
 
 
+def vllm_version() -> str:
+    """The release that writes a file (`vllm.__version__`: the wheel imported, so a file says which)."""
+    import vllm
+
+    return str(vllm.__version__)
+
+
 def req_id_to_index(output_cls: Any, ids: list[str]) -> dict[str, Any]:
     """`ModelRunnerOutput`'s `req_id_to_index` where the release has it (vLLM 0.33.0; 0.34.0 dropped it and
     reads the index from `req_ids`)."""
@@ -594,7 +601,7 @@ def record(name: str, sc: dict[str, Any], async_scheduling: bool = False) -> dic
         s.update_from_output(out, mro)
         if not s.has_requests() and not pending:
             break
-    return {"name": name, "vllm": "0.33.0", **sc, "steps": steps}
+    return {"name": name, "vllm": vllm_version(), **sc, "steps": steps}
 
 
 # Scenarios also recorded under vLLM's `AsyncScheduler` (`async_<name>.json`): those whose groups kvsim's

@@ -190,6 +190,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
+def vllm_version() -> str:
+    """The release that writes a file (`vllm.__version__`: the wheel imported, so a file says which)."""
+    import vllm
+
+    return str(vllm.__version__)
+
+
 def req_id_to_index(output_cls: Any, ids: list[str]) -> dict[str, Any]:
     """`ModelRunnerOutput`'s `req_id_to_index` where the release has it (vLLM 0.33.0; 0.34.0 dropped it and
     reads the index from `req_ids`)."""
@@ -538,7 +545,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"{name}: did not finish")
     return {
         "name": name,
-        "vllm": "0.33.0",
+        "vllm": vllm_version(),
         **sc,
         "arrivals": [arrivals[i] for i in range(len(sc["requests"]))],
         "steps": steps,

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 # The single-group recorder's stand-in worker and clock (kvsim's).
-from vllm_offload_golden import Clock, Worker, req_id_to_index
+from vllm_offload_golden import Clock, Worker, req_id_to_index, vllm_version
 
 # groups: (kind, window, block_size); kinds "full", "sliding_window", "chunked_local", "mamba" (align mode).
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -1093,7 +1093,7 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         )
     return {
         "name": name,
-        "vllm": "0.33.0",
+        "vllm": vllm_version(),
         **sc,
         "arrivals": [arrivals[i] for i in range(len(sc["requests"]))],
         "steps": steps,

@@ -56,10 +56,12 @@ class CpuTierMachine(RuleBasedStateMachine):
         eviction=st.sampled_from(["lru", "arc"]),
         threshold=st.sampled_from([0, 0, 2, 3]),
         tracker=st.sampled_from([64_000, 64_000, 1, 3, 5]),
+        # the threshold counts every offer (vLLM 0.33.0) or a key once per request (0.34.0)
+        per_request=st.booleans(),
     )
-    def setup(self, capacity: int, eviction: str, threshold: int, tracker: int) -> None:
-        self.rust = _core.CpuTier(capacity, eviction, threshold, tracker)
-        self.ref = CpuTier(capacity, eviction, threshold, tracker)
+    def setup(self, capacity: int, eviction: str, threshold: int, tracker: int, per_request: bool) -> None:
+        self.rust = _core.CpuTier(capacity, eviction, threshold, tracker, per_request)
+        self.ref = CpuTier(capacity, eviction, threshold, tracker, per_request)
         self.rids = list(range(SLOTS))
         self.next_rid = SLOTS
         self.loads: list[list[int]] = []  # keys each load in flight pins
@@ -222,6 +224,29 @@ def test_lookup_store_and_load_follow_the_spec_on_a_small_scenario():
     assert (t.used, t.num_evicted, t.capacity, t.eviction) == (2, 1, 2, "lru")
 
 
+@pytest.mark.parametrize("make", [_core.CpuTier, CpuTier])
+def test_a_request_counts_a_key_once_toward_the_threshold_per_request_and_at_every_offer_per_offer(make):
+    """vLLM 0.34.0's `counted_keys` against 0.33.0 (DESIGN.md §CPU tier, "The threshold's count"): a
+    request offering a key again raises its count only per offer; per request another request must offer
+    it, a skip counts once per request and key, and a key the tracker dropped enters again at 1."""
+    for per_request in (False, True):
+        t = make(4, "lru", 2, 64_000, per_request)
+        assert t.prepare_store(7, [(1, 0)]) == ([], [])  # count 1: skipped
+        assert t.num_stores_skipped == 1
+        # the same request again: 0.33.0 counts it (2: stored), 0.34.0 does not (1: skipped, not counted)
+        assert t.prepare_store(7, [(1, 0)]) == (([], []) if per_request else ([1], []))
+        assert t.num_stores_skipped == 1
+        if per_request:
+            assert t.prepare_store(8, [(1, 0)]) == ([1], [])  # another request's offer counts
+        # a tracker of one key: key 1 dropped for key 2 enters again at 1 though request 7 counted it
+        t = make(4, "lru", 2, 1, per_request)
+        t.prepare_store(7, [(1, 0)])
+        t.prepare_store(7, [(2, 1)])
+        assert t.prepare_store(7, [(1, 0)]) == ([], [])
+        assert t.prepare_store(8, [(1, 0)]) == ([1], [])
+        assert t.num_stores_skipped == (2 if per_request else 3)  # per request: the re-offer skips uncounted
+
+
 def test_misuse_raises_and_changes_nothing():
     t = _core.CpuTier(4, "arc")
     t.prepare_store(1, [(5, 0)])
@@ -273,6 +298,7 @@ def test_a_key_offered_twice_in_one_offer_is_refused_and_changes_nothing():
         (lambda: _core.CpuTier(-1), "capacity -1 must be between 0 and"),
         (lambda: _core.CpuTier(4, "fifo"), "eviction 'fifo' is not one of 'lru', 'arc'"),
         (lambda: _core.CpuTier(4, "lru", True), "store_threshold True must be an integer"),
+        (lambda: _core.CpuTier(4, "lru", 2, 10, 1), "count_per_request 1 must be a bool"),
         (lambda: _core.CpuTier(4).prepare_store(-1, []), "rid -1 must be between 0 and"),
         (
             lambda: _core.CpuTier(4).prepare_store(0, [(2**128, 0)]),

@@ -268,7 +268,7 @@ def _engine_call(n: int = 3, **config: object) -> tuple[dict, dict]:
         ({"block_size": 2**31}, r"^block_size 2147483648 must lie in \[1, 4194304\]"),
         # (blocks_per_chunk x block_size wrapped to 0 and divided by it)
         (
-            {"cpu_tier": (4, "lru", False, 2**63, 0, 0, 0, [])},
+            {"cpu_tier": (4, "lru", False, 2**63, 0, 0, 0, [], False, False)},
             r"blocks_per_chunk 9223372036854775808 must be at most",
         ),
         (

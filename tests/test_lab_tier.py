@@ -300,7 +300,8 @@ def _small_pool(draw, cfg, **more):
             kv_offloading_prompt_only=True,
             **more,
         )
-    return cfg
+    # (the replay does not model a tier hit's junction: `test_the_lab_refuses_a_tier_hits_junction`)
+    return cfg.replace(kv_offloading_hit_junction=False)
 
 
 @settings(deadline=None)
@@ -702,3 +703,27 @@ def test_the_state_layers_tier_preset_loads_turn_1s_states_back():
     assert seen[k + 3]["cpu_stores"] == seen[k + 2]["cpu_stores"] + 4
     end = snapshot("state-layers-tier", step=len(seen) - 1)
     assert (end["tier"]["cpu_loads"], end["tier"]["cpu_evictions"]) == (1, 0)
+
+
+def test_the_lab_refuses_a_tier_hits_junction():
+    """vLLM 0.34.0's junction from a CPU-tier hit (DESIGN.md §CPU tier, §Lab) decides which window blocks
+    keep keys, and the lab's replay, which finds a junction from the GPU's hits alone, is refused it by
+    name rather than replaying other tables than the engine's."""
+    from kvsim.lab.state import run_track
+    from kvsim.model.config import SimConfig
+    from kvsim.model.layers import Layer
+    from kvsim.workloads import synthetic
+    from tests.test_hybrid_engine import toy
+
+    cfg = SimConfig(
+        model=toy([Layer("full"), Layer("sliding_window", 8)]),
+        block_size=4,
+        num_blocks=64,
+        kv_offloading_chunks=16,
+        max_model_len=256,
+        kv_offloading_hit_junction=True,
+    )
+    w = synthetic(5, lengths="fixed", length_params={"prompt_len": 40, "output_len": 4})
+    with pytest.raises(InvalidArgumentError, match="kv_offloading_hit_junction: the lab's replay"):
+        run_track(w, cfg)
+    run_track(w, cfg.replace(kv_offloading_hit_junction=False))

@@ -38,6 +38,8 @@ def tier_configs(draw) -> kvsim.SimConfig:
         kv_offloading_blocks_per_chunk=draw(st.sampled_from([1, 1, 2, 3])),
         kv_offloading_eviction_policy=draw(st.sampled_from(["lru", "arc"])),
         kv_offloading_store_threshold=draw(st.sampled_from([0, 0, 2, 3])),
+        # (vLLM 0.33.0 counts every offer, 0.34.0 a key once per request)
+        kv_offloading_store_threshold_count=draw(st.sampled_from(["per-offer", "per-request"])),
         kv_offloading_prompt_only=draw(st.booleans()),
         kv_offloading_ps_per_block=draw(st.sampled_from([0, 0, 10**5, 10**8, 3 * 10**9])),
         kv_offloading_latency_ps=draw(st.sampled_from([0, 6 * 10**6, 2 * 10**9])),

@@ -92,6 +92,9 @@ def tiered_hybrid_configs(draw, padded: bool = False) -> kvsim.SimConfig:
         kv_offloading_blocks_per_chunk=draw(st.sampled_from([1, 1, 2, 3])),
         kv_offloading_eviction_policy=draw(st.sampled_from(["lru", "arc"])),
         kv_offloading_store_threshold=draw(st.sampled_from([0, 0, 2])),
+        # vLLM 0.34.0's two rules, drawn (DESIGN.md §CPU tier)
+        kv_offloading_store_threshold_count=draw(st.sampled_from(["per-offer", "per-request"])),
+        kv_offloading_hit_junction=draw(st.booleans()),
         kv_offloading_prompt_only=draw(st.booleans()),
         kv_offloading_ps_per_block=draw(
             st.sampled_from([7, 10**5 + 1, 10**8, 3 * 10**9] if padded else [0, 0, 10**5, 10**8, 3 * 10**9])
@@ -563,3 +566,47 @@ def test_a_streamed_hybrid_run_with_a_tier_equals_the_whole_run(w, cfg, size, in
         assert res.requests is not None
         assert res.requests.equals(whole.requests, null_equal=True), backend
         assert res.summary == whole.summary, backend
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--kv-offloading-hit-junction"], "a CPU tier's knob, but this run has no CPU tier"),
+        (["--kv-offloading-store-threshold-count", "per-request"], "a CPU tier's knob, but this run has no"),
+        (
+            ["--kv-offloading-chunks", "64", "--kv-offloading-store-threshold-count", "per-request"],
+            "'per-request' does nothing here: it says what counts toward the CPU tier's store threshold",
+        ),
+        (
+            ["--kv-offloading-chunks", "64", "--kv-offloading-hit-junction"],
+            "the flag does nothing here: it marks where a sliding-window, chunked-local or Mamba group cut a "
+            "CPU-tier hit below the full-attention groups', and this run's pool has one full-attention group",
+        ),
+    ],
+)
+def test_vllm_0_34_0s_tier_knobs_are_refused_where_they_do_nothing(capsys, argv, said):
+    """DESIGN.md §CPU tier: the threshold's count reads a threshold of 2 or more, the tier's junction a
+    hybrid model's full-attention group beside a sparse one; both a tier. Where they act, they run."""
+    from kvsim.cli import main
+
+    base = ["run", "--num-gpu-blocks-override", "500", "--block-size", "16", "--requests", "5"]
+    assert main([*base, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert said in err, err
+    assert err.rstrip().endswith("drop the flag"), err
+    tier = ["--kv-offloading-chunks", "64", "--kv-offloading-store-threshold", "2"]
+    assert main([*base, *tier, "--kv-offloading-store-threshold-count", "per-request"]) == 0
+    gpt_oss = [
+        "run",
+        "--model",
+        "gpt-oss-20b",
+        "--gpu",
+        "h100-80gb",
+        "--requests",
+        "5",
+        "--kv-offloading-size",
+        "2",
+    ]
+    assert main([*gpt_oss, "--kv-offloading-hit-junction"]) == 0
+    capsys.readouterr()

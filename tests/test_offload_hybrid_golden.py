@@ -1,5 +1,5 @@
-"""kvsim against vLLM 0.33.0's native KV offloading on hybrid KV-cache layouts (DESIGN.md §CPU tier, "A
-hybrid model").
+"""kvsim against vLLM 0.33.0's and 0.34.0's native KV offloading on hybrid KV-cache layouts (DESIGN.md §CPU
+tier, "A hybrid model").
 
 `scripts/vllm_offload_hybrid_golden.py` drove vLLM's real `Scheduler` with `kv_offloading_size` set (its
 `OffloadingConnector` and CPU manager over several KV-cache groups, on CPU from its PyPI wheel) through
@@ -11,6 +11,11 @@ computed tokens: every request's table in every group, the loads and stores issu
 the step's start (`tests/data/vllm_offload_hybrid/*.json`). Both of kvsim's engines replay the same
 requests and must make the same decisions with the same block ids, hold as many chunks in the tier, and
 (`slow_*`) start every step and finish every request at the recording's times.
+
+`tests/data/vllm_offload_hybrid_034` holds the same scenarios recorded by vLLM 0.34.0 (each file says the
+release that wrote it, `vllm`); kvsim replays those with 0.34.0's two CPU-tier rules on
+(`kv_offloading_hit_junction`, `kv_offloading_store_threshold_count="per-request"`), the 0.33.0 files with
+them off (the defaults).
 """
 
 from __future__ import annotations
@@ -28,10 +33,35 @@ from tests.test_offload_golden import workload_of
 
 DATA = Path(__file__).parent / "data" / "vllm_offload_hybrid"
 SCENARIOS = sorted(p.stem for p in DATA.glob("*.json"))
+DATA_034 = Path(__file__).parent / "data" / "vllm_offload_hybrid_034"
+# Every recording: (its directory's name, the scenario), 0.33.0's then 0.34.0's.
+RECORDED = [("vllm_offload_hybrid", n) for n in SCENARIOS] + [
+    ("vllm_offload_hybrid_034", p.stem) for p in sorted(DATA_034.glob("*.json"))
+]
+# The rules each release's files are replayed with (DESIGN.md §CPU tier; §Presets, "vLLM 0.34.0").
+RELEASE_RULES = {
+    "0.33.0": {"kv_offloading_hit_junction": False, "kv_offloading_store_threshold_count": "per-offer"},
+    "0.34.0": {"kv_offloading_hit_junction": True, "kv_offloading_store_threshold_count": "per-request"},
+}
+
+
+def load(where: str, name: str) -> dict:
+    return json.loads((Path(__file__).parent / "data" / where / f"{name}.json").read_text())
 
 
 def test_every_recorded_scenario_is_here():
     assert len(SCENARIOS) >= 131, SCENARIOS
+    # 0.34.0 recorded the same scenarios; 37 of its files differ from 0.33.0's (DESIGN.md §Presets)
+    assert sorted(p.stem for p in DATA_034.glob("*.json")) == SCENARIOS
+    assert {load("vllm_offload_hybrid", n)["vllm"] for n in SCENARIOS} == {"0.33.0"}
+    assert {load("vllm_offload_hybrid_034", n)["vllm"] for n in SCENARIOS} == {"0.34.0"}
+    differ = [
+        n
+        for n in SCENARIOS
+        if {**load("vllm_offload_hybrid", n), "vllm": ""}
+        != {**load("vllm_offload_hybrid_034", n), "vllm": ""}
+    ]
+    assert len(differ) == 37, differ
     # 50 with transfers that take time (`slow_*`): windows, local chunks and Mamba states, steps a flush
     # lengthens, loads that last several steps, requests that join while the engine stalls on transfers
     slow = [json.loads((DATA / f"{n}.json").read_text()) for n in SCENARIOS if n.startswith("slow_")]
@@ -43,7 +73,8 @@ def test_every_recorded_scenario_is_here():
     assert kinds == {"full", "sliding_window", "chunked_local", "mamba"}, kinds
 
 
-def config_of(sc: dict) -> kvsim.SimConfig:
+def config_of(sc: dict, rules: dict | None = None) -> kvsim.SimConfig:
+    """The scenario's configuration, with the CPU-tier rules of the release that recorded it (or `rules`)."""
     sizes = {bs for _, _, bs in sc["groups"]}
     base = hybrid_config_of(sc) if len(sizes) == 1 else unequal_config_of(sc)
     cfg = base.replace(
@@ -55,6 +86,7 @@ def config_of(sc: dict) -> kvsim.SimConfig:
         # (milliseconds exact in binary: whole picoseconds; zero but in the `slow_*` scenarios)
         kv_offloading_ps_per_block=round(sc.get("ms_per_block", 0) * 1e9),
         kv_offloading_latency_ps=round(sc.get("latency_ms", 0) * 1e9),
+        **(RELEASE_RULES[sc["vllm"]] if rules is None else rules),
     )
     # One layer a group, as the recorder's: no group has padding layers, so each group's block takes the
     # recorder's one time a block (DESIGN.md §CPU tier, "A hybrid model": a group's own layers' time).
@@ -111,13 +143,18 @@ def by_step(res: kvsim.SimResult, steps: int, groups: int) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize(("where", "name"), RECORDED)
 @pytest.mark.parametrize("backend", ["rust", "reference"])
-def test_kvsim_offloads_a_hybrid_model_as_vllm_does(name, backend):
-    sc = json.loads((DATA / f"{name}.json").read_text())
+def test_kvsim_offloads_a_hybrid_model_as_vllm_does(where, name, backend):
+    replay(load(where, name), backend)
+
+
+def replay(sc: dict, backend: str, rules: dict | None = None) -> None:
+    """Asserts that `backend` replays the recording `sc` step for step (under `rules`: the CPU-tier rules
+    of the release that recorded it unless given)."""
     groups = len(sc["groups"])
     res = kvsim.simulate(
-        workload_of(sc), config_of(sc), backend=backend, record_events=True, record_timeseries=True
+        workload_of(sc), config_of(sc, rules), backend=backend, record_events=True, record_timeseries=True
     )
     steps = sc["steps"]
     ours = by_step(res, len(steps), groups)
@@ -167,14 +204,14 @@ def test_kvsim_offloads_a_hybrid_model_as_vllm_does(name, backend):
     assert res.raw.counters["num_flushes"] == sc["flushes"]
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
-def test_the_reference_moves_vllms_keys(name, monkeypatch):
+@pytest.mark.parametrize(("where", "name"), RECORDED)
+def test_the_reference_moves_vllms_keys(where, name, monkeypatch):
     """Each load and store of the reference engine moves the chunks vLLM's moved, key by key (the group and
     the chunk's end), in the same step: the replay above compares their counts only."""
     from kvsim.reference.cpu_tier import CpuTier
     from kvsim.reference.engine.offload import Offload
 
-    sc = json.loads((DATA / f"{name}.json").read_text())
+    sc = load(where, name)
     position: dict[tuple[int, int], int] = {}  # (request, key) -> where its chunk ends, in engine blocks
     jobs: dict[tuple[int, str], list[list]] = {}
 
@@ -204,3 +241,29 @@ def test_the_reference_moves_vllms_keys(name, monkeypatch):
             theirs = sorted(json.dumps([r, sorted(ks)]) for r, ks in step[f"{kind}_keys"])
             mine = sorted(json.dumps(job) for job in jobs.get((j, kind), []))
             assert mine == theirs, f"step {j}: {kind} keys kvsim {mine} vLLM {theirs}"
+
+
+def departs(name: str, rules: dict) -> bool:
+    """Whether the reference's replay of 0.34.0's recording of `name` under `rules` departs from it."""
+    try:
+        replay(load("vllm_offload_hybrid_034", name), "reference", rules)
+    except AssertionError:
+        return True
+    return False
+
+
+def test_each_of_0_34_0s_rules_is_needed_where_its_files_differ():
+    """The 37 files 0.34.0 records differently (DESIGN.md §Presets) depart under 0.33.0's rules, each of
+    the three with a store threshold still departs with the junction rule alone, and the others need no
+    more than it: the knobs, not the replay, make the difference."""
+    differ = [
+        n
+        for n in SCENARIOS
+        if {**load("vllm_offload_hybrid", n), "vllm": ""}
+        != {**load("vllm_offload_hybrid_034", n), "vllm": ""}
+    ]
+    assert all(departs(n, RELEASE_RULES["0.33.0"]) for n in differ)
+    junction_only = {**RELEASE_RULES["0.33.0"], "kv_offloading_hit_junction": True}
+    threshold = [n for n in differ if load("vllm_offload_hybrid", n).get("store_threshold", 0) >= 2]
+    assert len(threshold) == 3, threshold
+    assert [n for n in differ if departs(n, junction_only)] == threshold

@@ -63,6 +63,8 @@ def run_tier_configs(draw) -> kvsim.SimConfig:
         kv_offloading_blocks_per_chunk=draw(st.sampled_from([1, 1, 1, 2])),
         kv_offloading_eviction_policy=draw(st.sampled_from(["lru", "lru", "lru", "arc"])),
         kv_offloading_store_threshold=draw(st.sampled_from([0, 0, 0, 2])),
+        # (vLLM 0.33.0 counts every offer, 0.34.0 a key once per request)
+        kv_offloading_store_threshold_count=draw(st.sampled_from(["per-offer", "per-request"])),
         kv_offloading_prompt_only=draw(st.sampled_from([False, False, True])),
         kv_offloading_ps_per_block=draw(st.sampled_from([0, 10**5, 10**8, 3 * 10**9])),
         kv_offloading_latency_ps=draw(st.sampled_from([0, 6 * 10**6, 2 * 10**9])),

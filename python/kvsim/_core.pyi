@@ -149,7 +149,12 @@ class Stream:
 @final
 class CpuTier:
     def __new__(
-        cls, capacity: int, eviction: str = "lru", store_threshold: int = 0, tracker: int = 64000
+        cls,
+        capacity: int,
+        eviction: str = "lru",
+        store_threshold: int = 0,
+        tracker: int = 64000,
+        count_per_request: bool = False,
     ) -> CpuTier: ...
     @property
     def capacity(self) -> int: ...

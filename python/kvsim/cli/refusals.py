@@ -328,7 +328,9 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
     after the knob's name). The router's knobs are read by the routers DESIGN.md §Fleet names (the
     tie-break and the refresh by those that read replica state, the seed by `random` and by a tie drawn at
     random, the load cap by `prefix-affinity`, the weights by `weighted`); the CPU tier's by a run with a
-    tier (`--kv-offloading-size` or `--kv-offloading-chunks`); the swap time by a run that swaps; a
+    tier (`--kv-offloading-size` or `--kv-offloading-chunks`), vLLM 0.34.0's threshold count by one whose
+    store threshold is 2 or more and its junction from the tier by a hybrid model with a full-attention
+    group beside a window or state group; the swap time by a run that swaps; a
     disaggregated fleet's by a run with prefill replicas (it ran as a fleet of one); the placement by a
     contiguous policy; the router by a run with more than one replica in a pool (in front of one, every
     request went to it). (`SimConfig` takes them all, as the base of sweeps and searches that vary the knob
@@ -402,6 +404,33 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
     for name in tier_knobs:
         if given(name):
             out[name] = None if tier else no_tier
+    # vLLM 0.34.0's two rules (DESIGN.md §CPU tier): the threshold's count reads a threshold of 2 or more,
+    # the tier's junction a hybrid model's full-attention group beside a window or state group.
+    if given("kv_offloading_store_threshold_count"):
+        thresholds = [c.kv_offloading_store_threshold for c in (config, prefill) if c is not None]
+        out["kv_offloading_store_threshold_count"] = (
+            no_tier
+            if not tier
+            else None
+            if max(thresholds) >= 2
+            else f"{spell.value('kv_offloading_store_threshold_count', config.kv_offloading_store_threshold_count)} "
+            "does nothing here: it says what counts toward the CPU tier's store threshold, and this run has "
+            f"none (under 2 every offer stores): give {spell.setting('kv_offloading_store_threshold', 'N')} "
+            f"of 2 or more or {spell.drop}"
+        )
+    if given("kv_offloading_hit_junction"):
+        layout = config.pool.layout
+        kinds = set() if layout is None else {g.kind for g in layout.groups}
+        out["kv_offloading_hit_junction"] = (
+            no_tier
+            if not tier
+            else None
+            if "full" in kinds and kinds - {"full"}
+            else f"{spell.value('kv_offloading_hit_junction', True)} does nothing here: it marks where a "
+            "sliding-window, chunked-local or Mamba group cut a CPU-tier hit below the full-attention groups', "
+            f"and this run's pool has {'groups of ' + ', '.join(sorted(kinds)) + ' only' if kinds else 'one full-attention group'}: "
+            f"give a hybrid model with both or {spell.drop}"
+        )
     if config._given.get("kv_offloading_ps_per_block") is not None:
         out["kv_offloading_ps_per_block"] = None if tier else no_tier
     if config.allow_long_max_model_len:

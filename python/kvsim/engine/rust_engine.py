@@ -82,6 +82,9 @@ def config_kwargs(config: SimConfig) -> dict[str, Any]:
                     strict=True,
                 )
             ),
+            # vLLM 0.34.0's two rules (DESIGN.md §CPU tier)
+            config.kv_offloading_store_threshold_count == "per-request",
+            config.kv_offloading_hit_junction,
         )
         if config.kv_offloading_chunks
         else None,

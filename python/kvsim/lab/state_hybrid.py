@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.engine.engine_input import EngineInput
-from kvsim.errors import InternalError
+from kvsim.errors import InternalError, InvalidArgumentError
 from kvsim.model.config import SimConfig
 from kvsim.reference.engine import EVENT
 from kvsim.reference.kv_groups import NULL, HybridKVCacheManager
@@ -728,7 +728,19 @@ def replay_hybrid(
     batch: list[int] | None = None,
 ) -> HybridRows:
     """The blocks of a hybrid run (module docstring): rows, counts and the tokens each admission hit;
-    with a CPU tier, `batch` is each step's (the time series'), which says how many held requests resume."""
+    with a CPU tier, `batch` is each step's (the time series'), which says how many held requests resume.
+
+    Raises:
+        InvalidArgumentError: a tier's hits setting junctions (`kv_offloading_hit_junction`, vLLM 0.34.0's
+            rule): the junction decides which window and state blocks keep keys, and the pass, which
+            looks up the GPU's hits but not the tier's, cannot tell it.
+    """
+    if config.kv_offloading_chunks and config.kv_offloading_hit_junction:
+        raise InvalidArgumentError(
+            "kv_offloading_hit_junction: the lab's replay of a hybrid model does not model a CPU-tier hit's "
+            "junction (vLLM 0.34.0's rule: the event log does not name the junction, and the replay finds it "
+            "from the GPU's hits alone); run it with kvsim.simulate"
+        )
     return _HybridPass(inp, config, step, kind, seq, block, count, post, num_steps, batch).run()
 
 

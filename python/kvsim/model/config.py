@@ -141,6 +141,8 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     kv_offloading_prompt_only: bool = default("kv_offloading_prompt_only")
     kv_offloading_blocks_per_chunk: int = default("kv_offloading_blocks_per_chunk")
     kv_offloading_store_threshold: int = default("kv_offloading_store_threshold")
+    kv_offloading_store_threshold_count: str = default("kv_offloading_store_threshold_count")
+    kv_offloading_hit_junction: bool = default("kv_offloading_hit_junction")
     kv_offloading_ps_per_block: int = default("kv_offloading_ps_per_block")  # None until derived
     kv_offloading_latency_ps: int = default("kv_offloading_latency_ps")
     sampling: str = default("sampling")

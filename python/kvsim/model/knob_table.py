@@ -29,6 +29,8 @@ ADMISSION_GATES = ("none", "full-prompt")
 WAITING_OVER_BUDGET = ("stop", "skip")
 WATERMARK_RULES = ("while-running", "always")
 APPEND_CHECKS = ("exact", "one-free-block")
+# What one offer counts toward the CPU tier's store_threshold (DESIGN.md §CPU tier, "The threshold's count").
+STORE_THRESHOLD_COUNTS = ("per-offer", "per-request")
 HYBRID_MANAGER = ("auto", "on", "off")
 ROUTERS = ("round-robin", "random", "least-loaded", "least-kv", "prefix-affinity", "weighted")
 # The weighted router's scorers, in the order their terms are summed (DESIGN.md §Cluster), and its default.
@@ -279,6 +281,20 @@ KNOBS: dict[str, Knob] = {
         lo=0,
         hi=1 << 30,
         metavar="N",
+    ),
+    "kv_offloading_store_threshold_count": Knob(
+        "per-offer",
+        "choice",
+        "what raises a chunk's count toward kv_offloading_store_threshold: per-offer (vLLM 0.33.0: every "
+        "offer, a request's re-offers too) or per-request (vLLM 0.34.0: a request counts a chunk once)",
+        choices=STORE_THRESHOLD_COUNTS,
+    ),
+    "kv_offloading_hit_junction": Knob(
+        False,
+        "bool",
+        "a hybrid model's CPU-tier hit cut short by a sliding-window or Mamba group marks the full-attention "
+        "groups' boundary as the request's shared-prefix junction, as a GPU hit's does (vLLM 0.34.0); off: "
+        "the junction comes from the GPU lookup only (vLLM 0.33.0)",
     ),
     "kv_offloading_ps_per_block": Knob(
         None,

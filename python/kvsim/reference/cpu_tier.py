@@ -35,13 +35,21 @@ class _Access:
     inserted: set[int] = field(default_factory=set)
     reused: set[int] = field(default_factory=set)
     store_misses: set[int] = field(default_factory=set)
+    counted: set[int] = field(default_factory=set)  # keys counted toward the threshold (per request only)
     finished: bool = False
 
 
 class CpuTier:
     """`capacity` chunks of host memory and the policy that evicts them."""
 
-    def __init__(self, capacity: int, eviction: str = "lru", store_threshold: int = 0, tracker: int = 64_000):
+    def __init__(
+        self,
+        capacity: int,
+        eviction: str = "lru",
+        store_threshold: int = 0,
+        tracker: int = 64_000,
+        count_per_request: bool = False,
+    ):
         self.capacity = capacity
         self.eviction = eviction
         self.chunks: dict[int, _Chunk] = {}
@@ -50,6 +58,8 @@ class CpuTier:
         # Stores offered before a key is admitted (vLLM's `store_threshold`, LRU-bounded tracker).
         self.threshold = store_threshold if store_threshold >= 2 else 0
         self.tracker = tracker
+        # vLLM 0.34.0: a request counts a key once (`counted_keys`); 0.33.0 (False) counts every offer.
+        self.per_request = count_per_request
         self.counts: OrderedDict[int, int] = OrderedDict()
         # LRU: each chunk's rank (smaller is evicted first): (request rank, -position) or (n, 0).
         self.next_rank = 0
@@ -216,8 +226,9 @@ class CpuTier:
         """Offers a request's chunks (`prepare_store`): (keys stored now, keys evicted for them), or None
         when the tier cannot make room (nothing is stored then)."""
         offered = [k for k, _ in keys]
+        counted: set[int] = self._access(rid).counted if self.per_request else set()
         if self.threshold:
-            self._count_offers(offered)
+            self._count_offers(offered, counted)
         to_store: list[tuple[int, int]] = []
         ready_existing: list[int] = []
         for key, pos in keys:
@@ -228,8 +239,13 @@ class CpuTier:
                 ready_existing.append(key)
         if self.threshold:
             kept = [(k, p) for k, p in to_store if self.counts.get(k, 0) >= self.threshold]
-            self.num_stores_skipped += len(to_store) - len(kept)
+            # (per request, a skip counts once per request and key)
+            self.num_stores_skipped += sum(
+                1 for k, _ in to_store if self.counts.get(k, 0) < self.threshold and k not in counted
+            )
             to_store = kept
+            if self.per_request:
+                counted.update(offered)
         a = self._access(rid)
         misses = [k for k, _ in to_store if k not in a.store_misses]
         if misses and self.eviction == "arc":
@@ -268,13 +284,15 @@ class CpuTier:
                 c.ready = True
                 self._mark_evictable(key)
 
-    def _count_offers(self, keys: list[int]) -> None:
-        """vLLM's `_record_accesses`: a key's offers, in a tracker of `tracker` keys (least recent out)."""
+    def _count_offers(self, keys: list[int], counted: set[int]) -> None:
+        """vLLM's `_record_accesses`: a key's offers, in a tracker of `tracker` keys (least recent out);
+        a tracked key in `counted` (the request's, per request) moves up without counting again."""
         protected = set()
         for key in keys:
             if key in self.counts:
                 self.counts.move_to_end(key)
-                self.counts[key] += 1
+                if key not in counted:
+                    self.counts[key] += 1
                 protected.add(key)
         unprotected = len(self.counts) - len(protected)
         for key in keys:

@@ -20,7 +20,8 @@ use std::cell::Cell;
 /// `roofline` (the roofline's coefficients, a dict) is needed by `time_model` "roofline" only,
 /// `kv_groups` (a hybrid model's groups), `scheduler_block_size`, `retention_interval` and `cpu_tier` (the
 /// CPU tier: (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps,
-/// group_link: a hybrid model's (ps_per_block, bytes_per_block) per group, else empty))
+/// group_link: a hybrid model's (ps_per_block, bytes_per_block) per group, else empty, count_per_request,
+/// hit_junction))
 /// are optional;
 /// every other one is required.
 pub(crate) const KNOBS: [&str; 29] = [
@@ -244,6 +245,8 @@ type CpuTierArg = (
     i128,
     i128,
     Vec<(i128, i128)>,
+    bool,
+    bool,
 );
 
 /// The engine's configuration from the knobs in `d` (`KNOBS`; keys in `also` are the caller's own and
@@ -251,17 +254,28 @@ type CpuTierArg = (
 /// naming the key (and `configs[r]` for a replica), checked before any range; then the ranges, in
 /// `KNOBS` order.
 /// The CPU tier (`cpu_tier`: (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold,
-/// ps_per_block, latency_ps, group_link), `group_link` a hybrid model's (ps_per_block, bytes_per_block)
-/// per group, else empty), checked into the core's type; None without one.
+/// ps_per_block, latency_ps, group_link, count_per_request, hit_junction), `group_link` a hybrid model's
+/// (ps_per_block, bytes_per_block) per group, else empty; the last two vLLM 0.34.0's rules, DESIGN.md §CPU
+/// tier), checked into the core's type; None without one.
 fn cpu_tier(k: &Knobs<'_, '_>) -> PyResult<Option<TierConfig>> {
     let Some(v) = k.get("cpu_tier")?.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
     let name = k.origin.name("cpu_tier");
-    let (chunks, eviction, prompt_only, bpc, threshold, per_block, latency, group_link): CpuTierArg =
-        v.extract().map_err(|_| {
+    let (
+        chunks,
+        eviction,
+        prompt_only,
+        bpc,
+        threshold,
+        per_block,
+        latency,
+        group_link,
+        per_request,
+        hit_junction,
+    ): CpuTierArg = v.extract().map_err(|_| {
         invalid(format!(
-            "{name} {} must be (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps, group_link)",
+            "{name} {} must be (chunks, eviction, prompt_only, blocks_per_chunk, store_threshold, ps_per_block, latency_ps, group_link, count_per_request, hit_junction)",
             repr(&v)
         ))
     })?;
@@ -280,6 +294,8 @@ fn cpu_tier(k: &Knobs<'_, '_>) -> PyResult<Option<TierConfig>> {
         prompt_only,
         blocks_per_chunk: u64_arg(bpc, "cpu_tier blocks_per_chunk")?,
         store_threshold: u64_arg(threshold, "cpu_tier store_threshold")?,
+        store_count_per_request: per_request,
+        hit_junction,
         ps_per_block: u64_arg(per_block, "cpu_tier ps_per_block")?,
         latency_ps: u64_arg(latency, "cpu_tier latency_ps")?,
         group_link: group_link

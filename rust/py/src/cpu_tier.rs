@@ -1,7 +1,7 @@
 //! `CpuTier`: the core's CPU tier (vLLM's native offloading in host memory) behind a Python class, with
 //! the methods of its executable spec `kvsim.reference.cpu_tier.CpuTier`.
 
-use crate::args::{int_arg, items, key_arg, repr};
+use crate::args::{bool_arg, default_false, int_arg, items, key_arg, repr};
 use crate::errors::{IntoPyResult, invalid};
 use crate::guard::{Guarded, no_panic};
 use kvsim_core::BlockKey;
@@ -114,9 +114,10 @@ fn default_tracker() -> Py<PyAny> {
 /// evicts them (vLLM 0.33.0's `kv_offload/cpu/manager.py`; the executable spec is
 /// `kvsim.reference.cpu_tier.CpuTier`, which this class matches call for call).
 ///
-/// `CpuTier(capacity, eviction="lru", store_threshold=0, tracker=64000)`: `eviction` is `"lru"` or
-/// `"arc"`; a `store_threshold` of 2 or more stores a key only from its that-many-th offer, counted in
-/// a tracker of `tracker` keys. Keys are ints in `[0, 2**128)`, request ids (`rid`) ints in
+/// `CpuTier(capacity, eviction="lru", store_threshold=0, tracker=64000, count_per_request=False)`:
+/// `eviction` is `"lru"` or `"arc"`; a `store_threshold` of 2 or more stores a key only from its
+/// that-many-th offer, counted in a tracker of `tracker` keys, every offer (vLLM 0.33.0) or, with
+/// `count_per_request`, once per request (0.34.0). Keys are ints in `[0, 2**128)`, request ids (`rid`) ints in
 /// `[0, 2**64)`, positions (a chunk's index in its request) ints in `[0, 2**32)`; a chunk may be pinned by
 /// at most 65,535 loads at once.
 ///
@@ -129,8 +130,8 @@ pub(crate) struct PyCpuTier(Guarded<CpuTier>);
 impl PyCpuTier {
     #[new]
     #[pyo3(
-        signature = (capacity, eviction = default_eviction(), store_threshold = zero(), tracker = default_tracker()),
-        text_signature = "(capacity, eviction='lru', store_threshold=0, tracker=64000)"
+        signature = (capacity, eviction = default_eviction(), store_threshold = zero(), tracker = default_tracker(), count_per_request = default_false()),
+        text_signature = "(capacity, eviction='lru', store_threshold=0, tracker=64000, count_per_request=False)"
     )]
     fn new<'py>(
         py: Python<'py>,
@@ -138,6 +139,7 @@ impl PyCpuTier {
         eviction: Py<PyAny>,
         store_threshold: Py<PyAny>,
         tracker: Py<PyAny>,
+        count_per_request: Py<PyAny>,
     ) -> PyResult<Self> {
         let capacity = count_arg(capacity, "capacity")?;
         let eviction = eviction.bind(py);
@@ -154,8 +156,13 @@ impl PyCpuTier {
         let threshold = count_arg(store_threshold.bind(py), "store_threshold")?;
         let tracker = count_arg(tracker.bind(py), "tracker")?;
         let tracker = usize::try_from(tracker).unwrap_or(usize::MAX);
+        let count_per_request = bool_arg(count_per_request.bind(py), "count_per_request")?;
         let tier = no_panic("CpuTier()", || {
-            Ok(CpuTier::with_tracker(capacity, policy, threshold, tracker))
+            let mut tier = CpuTier::with_tracker(capacity, policy, threshold, tracker);
+            if count_per_request {
+                tier.count_per_request();
+            }
+            Ok(tier)
         })
         .py()?;
         Ok(Self(Guarded::new(tier, "CpuTier")))

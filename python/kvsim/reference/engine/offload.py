@@ -79,7 +79,10 @@ class Offload(HybridTier, State):
         self.connector = bool(cfg.kv_offloading_chunks) or self.pd_link is not None
         if cfg.kv_offloading_chunks:
             self.tier = CpuTier(
-                cfg.kv_offloading_chunks, cfg.kv_offloading_eviction_policy, cfg.kv_offloading_store_threshold
+                cfg.kv_offloading_chunks,
+                cfg.kv_offloading_eviction_policy,
+                cfg.kv_offloading_store_threshold,
+                count_per_request=cfg.kv_offloading_store_threshold_count == "per-request",
             )
             self.tpc = self.bs * cfg.kv_offloading_blocks_per_chunk
             if self.hybrid:

@@ -159,12 +159,20 @@ class HybridTier(State):
         if s.jobs:
             return None
         hit = self.hybrid_lookup(s)
-        ext = self.h_tier_hit(s, hit.tokens)
-        return None if ext is None else (hit, ext)
+        ext, boundary = self.h_tier_hit(s, hit.tokens)
+        if ext is None:
+            return None
+        if self.cfg.kv_offloading_hit_junction and boundary > hit.tokens + ext and boundary > hit.junction:
+            # A hit a sparse group cut short: the full-attention groups' boundary is the junction (vLLM
+            # 0.34.0's `_maybe_register_shared_prefix_junction`; never lowering the GPU lookup's).
+            hit.junction = boundary
+        return hit, ext
 
-    def h_tier_hit(self, s: Seq, local: int) -> int | None:
+    def h_tier_hit(self, s: Seq, local: int) -> tuple[int | None, int]:
         """The tokens beyond `local` GPU hits every group's chunks in the tier serve (vLLM's
-        `_lookup_complete_chunks`): 0 for less than a chunk, None to defer."""
+        `_lookup_complete_chunks`): 0 for less than a chunk, None to defer; and the full-attention groups'
+        boundary (the bound when the lookup first reached a window or state group; 0 if it did not, or had
+        no full-attention group, or deferred in one before)."""
         windows = self.h_windows()
         total = s.num_tokens
         full = [g for g, w in enumerate(windows) if w is None]
@@ -179,6 +187,7 @@ class HybridTier(State):
             max_hit = max_hit // state * state
         hit_tokens = 0
         defer = False
+        boundary: int | None = None
         todo = order
         while todo:
             looked_windowed = False
@@ -188,11 +197,13 @@ class HybridTier(State):
                 num_keys = len(keys[g])
                 max_hit = min(max_hit, num_keys * tpc)
                 if max_hit - local < tpc:
-                    return 0
+                    return 0, boundary or 0
                 num_chunks = min(_cdiv(max_hit, tpc), num_keys)
                 start = local // tpc
                 found: int | None
                 window = windows[g]
+                if window is not None and boundary is None:
+                    boundary = max_hit if full and not defer else 0
                 if window is None:
                     found = self.h_prefix_run(keys[g][start:num_chunks])
                 else:
@@ -200,14 +211,14 @@ class HybridTier(State):
                     assert first is not None
                     found = self.h_window_run(keys[g][start:num_chunks], window, first)
                 if found == 0:
-                    return 0
+                    return 0, boundary or 0
                 if found is None:
                     defer = True
                 else:
                     max_hit = min(max_hit, tpc * (start + found))
                 new = max_hit - local
                 if new < tpc:
-                    return 0
+                    return 0, boundary or 0
                 if new < hit_tokens:
                     if defer:
                         defer = False
@@ -217,7 +228,7 @@ class HybridTier(State):
                 looked_windowed |= window is not None
                 hit_tokens = new
         if defer:
-            return None
+            return None, 0
         if self.loading:
             end = local + hit_tokens
             for g in range(len(windows)):
@@ -227,8 +238,8 @@ class HybridTier(State):
                 if span is not None:
                     ks = ks[-span:]
                 if any(key in self.loading for key in ks):
-                    return None
-        return hit_tokens
+                    return None, 0
+        return hit_tokens, boundary or 0
 
     def h_prefix_run(self, keys: list[int]) -> int | None:
         """How many of `keys` from the first the tier holds (vLLM's `_maximal_prefix_lookup`); None if

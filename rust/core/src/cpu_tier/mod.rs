@@ -137,6 +137,11 @@ pub struct CpuTier {
     threshold: u64,
     tracker: usize,
     counts: Recency<u64>,
+    /// vLLM 0.34.0's rule: a request counts a key toward the threshold once (`count_per_request`).
+    per_request: bool,
+    /// Per request (under `per_request` and a threshold), the keys it counted (vLLM's
+    /// `_RequestCacheAccess.counted_keys`), dropped at its `finish`.
+    counted: HashMap<u64, KeySet, Hasher>,
     // LRU.
     next_rank: u64,
     heap: RankQueue,
@@ -207,6 +212,8 @@ impl CpuTier {
             },
             tracker,
             counts: Recency::default(),
+            per_request: false,
+            counted: HashMap::default(),
             next_rank: 0,
             heap: RankQueue::new(),
             heap_live: false,
@@ -255,6 +262,13 @@ impl CpuTier {
     /// Chunks evicted so far to make room for stores.
     pub fn num_evicted(&self) -> u64 {
         self.num_evicted
+    }
+
+    /// The threshold counts a key once per request (vLLM 0.34.0: a request's re-offers, after a store
+    /// with no room or a preemption, do not count again, and its skips count once a key), not at every
+    /// offer (0.33.0, the default).
+    pub fn count_per_request(&mut self) {
+        self.per_request = true;
     }
 
     /// LRU evictions stop listing the keys they take in a store's `evicted` (ARC's still do): their
@@ -411,6 +425,9 @@ impl CpuTier {
     /// runs (the span its re-ranking makes, where eviction finds it without a lookup), the same ranks
     /// and decisions as `finish`; anything else is `finish`.
     pub fn finish_unnamed(&mut self, rid: u64) {
+        if !self.counted.is_empty() {
+            self.counted.remove(&rid);
+        }
         if self.chunks.recs.is_empty() {
             return self.finish(rid);
         }
@@ -444,6 +461,9 @@ impl CpuTier {
     /// LRU: each held one gets a fresh rank. ARC: one it only inserted moves to the most recent end of
     /// its list; one it reused moves from T1 to T2, or to T2's most recent end. Its record is dropped.
     pub fn finish(&mut self, rid: u64) {
+        if !self.counted.is_empty() {
+            self.counted.remove(&rid);
+        }
         if !self.chunks.recs.is_empty()
             && let Some(rec) = self.chunks.recs.remove(rid)
         {

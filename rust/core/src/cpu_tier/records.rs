@@ -120,14 +120,45 @@ impl CpuTier {
         self.lru_access(rid).extend_unchecked(keys);
     }
 
+    /// The threshold's count of `rid`'s offer of `keys` (`count_offers`, under a threshold): the keys
+    /// `rid` counted before, taken out while the offer decides, under `count_per_request`; else None.
+    pub(super) fn count_offer(&mut self, rid: u64, keys: &[(BlockKey, u64)]) -> Option<KeySet> {
+        if self.threshold == 0 {
+            return None;
+        }
+        let counted = self
+            .per_request
+            .then(|| self.counted.remove(&rid).unwrap_or_default());
+        self.count_offers(keys, counted.as_ref());
+        counted
+    }
+
+    /// After `count_offer`: every key of the offer is now one `rid` counted (vLLM 0.34.0's
+    /// `counted_keys.update`).
+    pub(super) fn keep_counted(
+        &mut self,
+        rid: u64,
+        keys: &[(BlockKey, u64)],
+        counted: Option<KeySet>,
+    ) {
+        if let Some(mut c) = counted {
+            c.extend(keys.iter().map(|&(k, _)| k));
+            self.counted.insert(rid, c);
+        }
+    }
+
     /// vLLM's `_record_accesses`: one more offer of each key, in a tracker of `tracker` keys. Keys
-    /// already tracked move to its most recent end and are protected; a new key displaces the least
-    /// recent unprotected one when the tracker is full, or is not tracked if none is left.
-    pub(super) fn count_offers(&mut self, keys: &[(BlockKey, u64)]) {
+    /// already tracked move to its most recent end and are protected (one in `counted`, the keys the
+    /// offering request counted before under `count_per_request`, without counting again); a new key
+    /// displaces the least recent unprotected one when the tracker is full, or is not tracked if none
+    /// is left.
+    pub(super) fn count_offers(&mut self, keys: &[(BlockKey, u64)], counted: Option<&KeySet>) {
         let mut protected = KeySet::default();
         for &(key, _) in keys {
             if self.counts.move_to_end(key) {
-                if let Some((_, n)) = self.counts.slot.get_mut(&key) {
+                if !counted.is_some_and(|c| c.contains(&key))
+                    && let Some((_, n)) = self.counts.slot.get_mut(&key)
+                {
                     *n += 1;
                 }
                 protected.insert(key);

@@ -26,9 +26,7 @@ impl CpuTier {
     ) -> Option<()> {
         stored.clear();
         evicted.clear();
-        if self.threshold > 0 {
-            self.count_offers(keys);
-        }
+        let counted = self.count_offer(rid, keys);
         // Scratch kept between calls: the keys to store, the ready ones offered again, the accesses.
         let mut to_store = std::mem::take(&mut self.scratch_store);
         let mut ready_existing = std::mem::take(&mut self.scratch_ready);
@@ -54,13 +52,17 @@ impl CpuTier {
         }
         let mut skipped = 0;
         let (threshold, counts) = (self.threshold, &self.counts);
+        let seen = counted.as_ref();
         self.chunks
             .visit(keys.iter().map(|&(key, _)| key), |i, key, found| {
                 let pos = keys[i].1;
                 match found {
                     None => {
                         if threshold > 0 && counts.get(key).copied().unwrap_or(0) < threshold {
-                            skipped += 1;
+                            // (per request, a skip counts once per request and key)
+                            if !seen.is_some_and(|c| c.contains(&key)) {
+                                skipped += 1;
+                            }
                             return;
                         }
                         to_store.push((key, pos));
@@ -85,6 +87,7 @@ impl CpuTier {
                 // every access is a key to store, `to_store` holds them (`accessed` stays empty).
             });
         self.num_stores_skipped += skipped;
+        self.keep_counted(rid, keys, counted);
         if self.eviction == Eviction::Arc {
             // Only ARC learns from store misses.
             let a = self

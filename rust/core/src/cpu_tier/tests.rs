@@ -183,6 +183,24 @@ fn the_threshold_stores_a_key_at_its_nth_offer() {
 }
 
 #[test]
+fn per_request_a_request_counts_a_key_once_until_it_finishes() {
+    // vLLM 0.34.0's `counted_keys`: request 1's second offer counts nothing, and skips nothing more
+    let mut t = CpuTier::new(4, Eviction::Lru, 2);
+    t.count_per_request();
+    assert_eq!(store(&mut t, 1, &at(&[1])), Some((vec![], vec![])));
+    assert_eq!(store(&mut t, 1, &at(&[1])), Some((vec![], vec![])));
+    assert_eq!(t.num_stores_skipped(), 1);
+    // another request's offer counts; a finished request's counted keys are dropped with it
+    t.finish(1);
+    assert!(t.counted.is_empty());
+    assert_eq!(store(&mut t, 2, &at(&[1])), Some((vec![1], vec![])));
+    // 0.33.0 (the default) counts the re-offer: stored at the second
+    let mut t = CpuTier::new(4, Eviction::Lru, 2);
+    store(&mut t, 1, &at(&[1])).unwrap();
+    assert_eq!(store(&mut t, 1, &at(&[1])), Some((vec![1], vec![])));
+}
+
+#[test]
 fn a_full_tracker_forgets_its_least_recent_unprotected_key() {
     let mut t = CpuTier::with_tracker(8, Eviction::Lru, 2, 2);
     store(&mut t, 1, &at(&[1, 2])).unwrap();

@@ -374,6 +374,13 @@ pub struct TierConfig {
     pub blocks_per_chunk: u64,
     /// Offers of a chunk before it is stored (under 2: every offer).
     pub store_threshold: u64,
+    /// The threshold counts a key once per request (vLLM 0.34.0's `counted_keys`), not every offer
+    /// (0.33.0): `SimConfig.kv_offloading_store_threshold_count` "per-request".
+    pub store_count_per_request: bool,
+    /// A hybrid model's tier hit cut short by a sparse group sets the request's junction at the
+    /// full-attention groups' boundary (vLLM 0.34.0's `_maybe_register_shared_prefix_junction`):
+    /// `SimConfig.kv_offloading_hit_junction`.
+    pub hit_junction: bool,
     /// Time to move one block over the host link, each way.
     pub ps_per_block: u64,
     /// Fixed time of each transfer.

@@ -743,6 +743,8 @@ mod tests {
                 prompt_only: true,
                 blocks_per_chunk: 1,
                 store_threshold: 0,
+                store_count_per_request: false,
+                hit_junction: false,
                 ps_per_block,
                 latency_ps,
                 group_link: Vec::new(),

@@ -222,6 +222,8 @@ impl Tier {
             prompt_only: true,
             blocks_per_chunk: 1,
             store_threshold: 0,
+            store_count_per_request: false,
+            hit_junction: false,
             ps_per_block: 0,
             latency_ps: 0,
             group_link: Vec::new(),
@@ -248,6 +250,9 @@ impl Tier {
             cpu: {
                 let mut cpu = CpuTier::new(cfg.chunks, cfg.eviction, cfg.store_threshold);
                 cpu.count_evictions_only(); // (only counted: `log_evictions`)
+                if cfg.store_count_per_request {
+                    cpu.count_per_request();
+                }
                 cpu
             },
             tpc: block_size * cfg.blocks_per_chunk,

@@ -228,6 +228,8 @@ mod tests {
                 prompt_only: true,
                 blocks_per_chunk: 1,
                 store_threshold: 0,
+                store_count_per_request: false,
+                hit_junction: false,
                 ps_per_block: MS,
                 latency_ps: 0,
                 group_link: vec![link(MS, 16384), link(MS, 16384), link(MS / 2, 8192)],

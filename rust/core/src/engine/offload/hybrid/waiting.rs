@@ -79,7 +79,17 @@ impl Engine<'_> {
             return self.skip_head(k, skipped_waiting);
         }
         let local = self.hybrid_lookup(k);
-        match self.h_tier_hit(k, local) {
+        let (found, boundary) = self.h_tier_hit(k, local);
+        if let Some(ext) = found
+            && boundary > local + ext
+            && boundary > self.lookup.junction
+            && self.tier_ref().cfg.hit_junction
+        {
+            // A hit a sparse group cut short: the full-attention groups' boundary is the junction (vLLM
+            // 0.34.0's `_maybe_register_shared_prefix_junction`; never lowering the GPU lookup's).
+            self.lookup.junction = boundary;
+        }
+        match found {
             None => self.skip_head(k, skipped_waiting),
             Some(0) => Some(self.try_admit_after(k, budget, GpuHits::Looked)),
             Some(ext) => {
@@ -90,8 +100,10 @@ impl Engine<'_> {
     }
 
     /// The tokens beyond `local` GPU hits every group's chunks in the tier serve (vLLM's
-    /// `_lookup_complete_chunks`): 0 for less than a chunk, None to defer.
-    fn h_tier_hit(&mut self, k: usize, local: u64) -> Option<u64> {
+    /// `_lookup_complete_chunks`): 0 for less than a chunk, None to defer; and the full-attention
+    /// groups' boundary (the bound when the lookup first reached a window or state group; 0 if it did
+    /// not, or had no full-attention group, or deferred in one before).
+    fn h_tier_hit(&mut self, k: usize, local: u64) -> (Option<u64>, u64) {
         let groups = self.tier_groups();
         let ch = self.chunking();
         let total = self.slab[k].num_tokens();
@@ -113,6 +125,7 @@ impl Engine<'_> {
         }
         let mut hit_tokens = 0;
         let mut defer = false;
+        let mut boundary: Option<u64> = None;
         let mut todo = order.clone();
         while !todo.is_empty() {
             let mut looked_windowed = false;
@@ -122,7 +135,14 @@ impl Engine<'_> {
                 let num_keys = total / tpc;
                 max_hit = max_hit.min(num_keys * tpc);
                 if max_hit < local + tpc {
-                    return Some(0);
+                    return (Some(0), boundary.unwrap_or(0));
+                }
+                if wins[g].is_some() && boundary.is_none() {
+                    boundary = Some(if !full.is_empty() && !defer {
+                        max_hit
+                    } else {
+                        0
+                    });
                 }
                 let num_chunks = cdiv(max_hit, tpc).min(num_keys);
                 let start = local / tpc;
@@ -142,12 +162,12 @@ impl Engine<'_> {
                     }
                 };
                 match found {
-                    Some(0) => return Some(0),
+                    Some(0) => return (Some(0), boundary.unwrap_or(0)),
                     None => defer = true,
                     Some(n) => max_hit = max_hit.min(tpc * (start + n)),
                 }
                 if max_hit < local + tpc {
-                    return Some(0);
+                    return (Some(0), boundary.unwrap_or(0));
                 }
                 let new = max_hit - local;
                 if new < hit_tokens {
@@ -163,7 +183,7 @@ impl Engine<'_> {
             }
         }
         if defer {
-            return None;
+            return (None, 0);
         }
         let tier = self.tier_ref();
         if !tier.loading.is_empty() {
@@ -176,11 +196,11 @@ impl Engine<'_> {
                     from = from.max(to.saturating_sub(span));
                 }
                 if (from..to).any(|c| tier.loading.contains_key(&key(g, c))) {
-                    return None;
+                    return (None, 0);
                 }
             }
         }
-        Some(hit_tokens)
+        (Some(hit_tokens), boundary.unwrap_or(0))
     }
 
     /// What the requests still prefilling (running or held) need to hold their whole sequences, the
