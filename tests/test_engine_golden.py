@@ -9,6 +9,7 @@ target; `first_scheduled` is the start of the step that first admits it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -795,6 +796,7 @@ def test_defaults_are_the_newest_release_and_presets_name_older_ones():
     assert {k: getattr(default, k) for k in knobs} == {k: getattr(latest, k) for k in knobs}
     expected = {
         "vllm-latest": ("lifo_unhashed", "full-prompt", "stop"),
+        "vllm-0.34": ("lifo_unhashed", "full-prompt", "stop"),
         "vllm-0.20": ("classic", "full-prompt", "stop"),
         "vllm-0.19": ("classic", "full-prompt", "stop"),
         "vllm-v1": ("classic", "none", "stop"),
@@ -808,11 +810,36 @@ def test_defaults_are_the_newest_release_and_presets_name_older_ones():
     doc = SimConfig.preset.__doc__ or ""
     for name, releases in [
         ("vllm-latest", "0.23.0 to 0.33.0"),
+        ("vllm-0.34", "0.34.0"),
         ("vllm-0.20", "0.20.0 to 0.22.1"),
         ("vllm-0.19", "0.19.0 to 0.19.1"),
         ("vllm-0.11", "0.9.2 to 0.11.2"),
     ]:
         assert f"`{name}`: vLLM {releases}" in doc
+
+
+def test_the_0_34_preset_is_the_latest_rules_with_0_34s_four_changes():
+    """`vllm-0.34` (DESIGN.md §Presets, "vLLM 0.34.0"): `vllm-latest`'s scheduler and pool rules with the four
+    knobs 0.34.0 changes, each as its own knob gives it: a block of 64, the pool sized from measured memory
+    (an unset share read as 1.0), and with a CPU tier the tier hit's junction and the once-a-request count."""
+    fields = dataclasses.fields(SimConfig)
+    changed = {
+        "default_block_size": 64,
+        "kv_cache_sizing": "measured",
+        "kv_offloading_hit_junction": True,
+        "kv_offloading_store_threshold_count": "per-request",
+    }
+    for sized in ({"num_blocks": 64}, {"model": "llama-3.1-8b", "gpu": "h100-80gb"}):
+        latest = SimConfig.preset("vllm-latest", **sized)
+        new = SimConfig.preset("vllm-0.34", **sized)
+        assert new == SimConfig(**sized, **changed)
+        differ = {f.name for f in fields if getattr(new, f.name) != getattr(latest, f.name)}
+        # (and what the block's size derives: the pool, a block's time on the host link)
+        derived = {"block_size", "num_blocks", "swap_ps_per_block", "kv_offloading_ps_per_block"}
+        assert set(changed) <= differ <= {*changed, *derived}, differ
+    gpu = SimConfig.preset("vllm-0.34", model="llama-3.1-8b", gpu="h100-80gb")
+    assert (gpu.block_size, gpu.resolved_gpu_memory_utilization) == (64, 1.0)
+    assert SimConfig.preset("vllm-0.34", num_blocks=64, watermark=0.01).watermark == 0.01
 
 
 # DESIGN.md §Defaults' activation estimate at max_num_batched_tokens 8192 and max_num_seqs 256 (the forward

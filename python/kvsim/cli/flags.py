@@ -28,7 +28,7 @@ METRICS_POINTER = (
 _BARE: Any = object()  # a bare `--save-result` (vLLM's flag form): save into --result-dir or "."
 
 # SimConfig.preset's names, newest first (DESIGN.md §Presets; a test checks they are all of them).
-PRESETS = ("vllm-latest", "vllm-0.20", "vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0")
+PRESETS = ("vllm-latest", "vllm-0.34", "vllm-0.20", "vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0")
 
 
 class Parser(argparse.ArgumentParser):
@@ -361,7 +361,7 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
         choices=PRESETS,
         default=None,
         help="start from a vLLM release's rules (SimConfig.preset; DESIGN.md §Presets): vllm-latest "
-        "0.23-0.33 (the defaults), vllm-0.20 0.20-0.22, vllm-0.19 0.19, vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 "
+        "0.23-0.33 (the defaults), vllm-0.34 0.34.0, vllm-0.20 0.20-0.22, vllm-0.19 0.19, vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 "
         "the v0 engine; flags override it (default: none)",
     )
     _add_knob_flags(groups)

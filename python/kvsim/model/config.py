@@ -586,12 +586,17 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         """The knobs of a range of vLLM releases, read from each release's `vllm/v1/core` (DESIGN.md
         §Presets); `SimConfig()` without a preset is `vllm-latest`.
 
-        - `vllm-latest`: vLLM 0.23.0 to 0.33.0 (0.34.0, read, is not covered: DESIGN.md §Presets): freed
+        - `vllm-latest`: vLLM 0.23.0 to 0.33.0 (the defaults; 0.34.0 is `vllm-0.34`): freed
           blocks without a key to the head of the free queue (`free_order="lifo_unhashed"`), admission only
           if the whole prompt fits (`admission_gate="full-prompt"`, `scheduler_reserve_full_isl`), and with
           chunked prefill off the waiting loop ends at a prompt over the budget left
           (`waiting_over_budget="stop"`); no watermark (vLLM's default), and one given is kept free while
           some request runs (`watermark_rule="while-running"`, vLLM 0.24.0 and later).
+        - `vllm-0.34`: vLLM 0.34.0: `vllm-latest`'s rules with 0.34.0's four changes (DESIGN.md §Presets):
+          a default block of 64 (`default_block_size`), the KV cache sized from measured memory with an unset
+          `gpu_memory_utilization` read as 1.0 (`kv_cache_sizing="measured"`), and with a CPU tier a tier
+          hit cut by a window or a state taking the junction (`kv_offloading_hit_junction`) and
+          `store_threshold` counting a key once a request (`kv_offloading_store_threshold_count`).
         - `vllm-0.20`: vLLM 0.20.0 to 0.22.1: the full-prompt gate, classic free order, stop.
         - `vllm-0.19`: vLLM 0.19.0 to 0.19.1: as `vllm-0.20`, with `gpu_memory_utilization` 0.9 (0.20.0
           raised vLLM's default to 0.92, the knob's; every older preset sets 0.9 too).
@@ -624,6 +629,17 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
                 "admission_gate": "full-prompt",
                 "waiting_over_budget": "stop",
                 "watermark_rule": "while-running",
+            },
+            "vllm-0.34": {
+                "policy": "vllm",
+                "free_order": "lifo_unhashed",
+                "admission_gate": "full-prompt",
+                "waiting_over_budget": "stop",
+                "watermark_rule": "while-running",
+                "default_block_size": 64,
+                "kv_cache_sizing": "measured",
+                "kv_offloading_hit_junction": True,
+                "kv_offloading_store_threshold_count": "per-request",
             },
             "vllm-0.20": {
                 **classic,
@@ -659,10 +675,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         ):
             chosen["swap_space_bytes"] = V0_SWAP_SPACE_BYTES  # v0's default: 4 GiB of CPU memory per GPU
         config = cls(**{**chosen, **overrides})
-        if name not in ("vllm-latest", "vllm-v0") and config.watermark > 0:
+        if name not in ("vllm-latest", "vllm-0.34", "vllm-v0") and config.watermark > 0:
             raise InvalidArgumentError(
                 f"watermark {config.watermark!r}: preset {name!r} has none (vLLM v1 has no watermark before "
-                "0.24.0; 'vllm-latest' and 'vllm-v0' take one)"
+                "0.24.0; 'vllm-latest', 'vllm-0.34' and 'vllm-v0' take one)"
             )
         return config
 
