@@ -176,3 +176,21 @@ def test_a_default_vllm_never_had_is_refused():
     assert run.returncode == 2
     assert len(run.stderr.strip().splitlines()) == 1
     assert "default_block_size 32" in run.stderr
+
+
+def test_a_default_block_size_beside_a_given_block_size_is_refused_by_name(capsys):
+    """`--default-block-size 64` beside `--block-size 32` ran silently (the default offered only where no block
+    size is given): one line, exit 2; the preset's 64 beside a block size given is no flag: it runs at 32."""
+    from kvsim.cli import main
+
+    base = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--requests", "5", "--block-size", "32"]
+    assert main([*base, "--default-block-size", "64"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "kvsim run: error: argument --default-block-size: 64 does nothing here: it is the block size vLLM "
+        "offers when none is given, and this run gives 32; drop the flag"
+    )
+    assert main([*base, "--preset", "vllm-0.34", "--json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["config"]["block_size"] == 32

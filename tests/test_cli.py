@@ -203,7 +203,9 @@ def test_run_file_typo_suggests_the_field(capsys, tmp_path):
     f = tmp_path / "run.toml"
     f.write_text("[config]\nnum_blocks = 300\nblok_size = 32\n")
     line = _one_error(capsys, ["run", "--toml", str(f)])
-    assert line.endswith("unknown SimConfig field 'blok_size' (did you mean block_size, default_block_size?)"), line
+    assert line.endswith(
+        "unknown SimConfig field 'blok_size' (did you mean block_size, default_block_size?)"
+    ), line
 
 
 def test_a_sweep_without_a_pool_says_how_to_give_one(capsys, tmp_path):

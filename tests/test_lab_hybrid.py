@@ -452,3 +452,16 @@ def test_a_state_block_says_the_tokens_its_state_covers():
     for b in cached:
         index = int(b["prefix_key"].rsplit(":block-", 1)[1])
         assert b["num_tokens"] == (index + 1) * 544, b
+
+
+def test_a_run_the_replay_cannot_follow_is_refused_before_it_runs():
+    """Asynchronous scheduling frees a finished request's blocks and a window's a step later (DESIGN.md
+    §Engine), which the replay does not: `run_track` on gpt-oss-20b with `async_scheduling=True` stopped with
+    an internal error after the whole run, and on a dense model its memory parted from the engine's by a
+    block. Both are refused by name before the run (the page cannot set the knob); without it they replay."""
+    w = kvsim.workloads.synthetic(10, arrival_rate=5, seed=1)
+    for model in ("gpt-oss-20b", "llama-3-8b"):
+        cfg = kvsim.SimConfig(model=model, num_blocks=600, max_num_batched_tokens=512)
+        with pytest.raises(InvalidArgumentError, match=r"^async_scheduling True: the lab's replay frees"):
+            run_track(w, cfg.replace(async_scheduling=True))
+        check_against_engine(run_track(w, cfg))

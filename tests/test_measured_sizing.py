@@ -220,3 +220,27 @@ def test_what_it_cannot_measure_is_refused():
     eager = SimConfig(enforce_eager=True, **base).pool
     assert eager.measured is not None
     assert eager.measured.non_kv_bytes == eager.weight_bytes + eager.non_torch_bytes
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        (["--num-gpu-blocks-override", "1000"], "num_blocks (vLLM's --num-gpu-blocks-override) overrides"),
+        (["--kv-cache-memory-bytes", "4GiB"], "kv_cache_bytes (vLLM's --kv-cache-memory-bytes) overrides"),
+    ],
+)
+def test_a_measured_sizing_that_vllm_turns_off_is_refused_by_name(capsys, extra, why):
+    """`--kv-cache-sizing measured` beside a size given ran, silently sized as given (the reason
+    `measured.measured_off` wrote was shown to no one): one line, exit 2, naming the knob and vLLM's reason;
+    without a model and a GPU too. The preset's "measured" is no flag given: a run under it with a pool in
+    blocks runs."""
+    from kvsim.cli import main
+
+    base = ["run", "--requests", "5", "--kv-cache-sizing", "measured"]
+    assert main([*base, "--model", "llama-3-8b", "--gpu", "h100-80gb", *extra]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("kvsim run: error: argument --kv-cache-sizing: 'measured' does nothing here")
+    assert why in line
+    assert main([*base, "--num-gpu-blocks-override", "100"]) == 2
+    assert "this run sizes no pool from a GPU" in capsys.readouterr().err
+    assert main(["run", "--requests", "5", "--preset", "vllm-0.34", "--num-gpu-blocks-override", "100"]) == 0

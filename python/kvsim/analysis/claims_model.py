@@ -252,6 +252,15 @@ def monotone(values: Sequence[float], increasing: bool, slack: float = 0.02) -> 
     return True
 
 
+def ticks_of(res: Any) -> int | None:
+    """The step time of an experiment's rows in ps where they count steps (`time_model` ticks), so that its
+    req/s and seconds are read as steps (the memory budget's rows did not say so); None otherwise."""
+    f = res.frame
+    if "time_model" not in f.columns or f["time_model"][0] != "ticks":
+        return None
+    return int(f["iteration_time_ps"][0])
+
+
 def requests_ran(frame: pl.DataFrame, asked: int) -> str:
     """The requests the rows ran, a point: `asked`, or each workload's own where it ran another count (a
     trace shorter than `asked` runs whole; the rows' `num_requests`): `"12,031"`, `"a 8,819, b 19,366"`."""

@@ -24,6 +24,7 @@ from kvsim.analysis.claims_model import (
     monotone,
     not_testable,
     pct,
+    ticks_of,
 )
 from kvsim.analysis.sweep import make_workload
 from kvsim.model.units import fmt_duration_ps
@@ -204,15 +205,6 @@ def seed_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
             Claim("S-memory-budget", claim, src, "qualitative", ours, tol, CONFIRMED if ok else DIFFERS, cmd)
         )
     return out
-
-
-def ticks_of(res: Any) -> int | None:
-    """The step time of an experiment's rows in ps where they count steps (`time_model` ticks), so that its
-    req/s and seconds are read as steps (the memory budget's rows did not say so); None otherwise."""
-    f = res.frame
-    if "time_model" not in f.columns or f["time_model"][0] != "ticks":
-        return None
-    return int(f["iteration_time_ps"][0])
 
 
 def admitted(

@@ -16,7 +16,7 @@ import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from kvsim.analysis.claims_model import Results, requests_ran
+from kvsim.analysis.claims_model import Results, requests_ran, ticks_of
 
 COLORS = {"token": "#2b8a3e", "reservation": "#f08c00", "internal": "#c92a2a", "external": "#5f3dc4"}
 # vLLM drawn last as a thin solid line over a wide pale Orca (Oracle) band: where the two are equal both
@@ -111,7 +111,6 @@ def ticks_text(res: Results) -> str | None:
     """How an experiment's rows tell time where they count steps (`time_model` ticks: every step the same
     `iteration_time_ps`), so that a rate in req/s and a latency in s are read as steps; None under a time
     model of a GPU (or rows without the column)."""
-    from kvsim.analysis.claims_seed import ticks_of
     from kvsim.model.units import fmt_duration_ps
 
     tick = ticks_of(res)

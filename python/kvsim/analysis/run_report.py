@@ -235,6 +235,20 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
             )
 
 
+# A disaggregated fleet's TTFT parts, labelled as its table (`run_report_fleet.render_pd`) and the notes
+# label them, with their summary keys (DESIGN.md §Prefill/decode disaggregation, Metrics).
+PD_PARTS = (
+    ("prefill queueing", "ttft_prefill_queue"),
+    ("prefill", "ttft_prefill"),
+    # (newcomer review: "transfer" read 4.7 ms p50 beside a link in use 0.26 % of the run, ~0.4 ms a
+    # transfer: the part runs to the decode step that sees the transfer done, `render_pd` says so)
+    ("transfer+wait", "ttft_transfer"),
+    # (the rest of TTFT: the decode replica's queue and the step that makes the first token; a local
+    # prefill's whole TTFT: `render_pd` says so)
+    ("decode queue+step", "ttft_decode"),
+)
+
+
 ASYNC_RULE = (
     "vLLM 0.19.0 and later schedule asynchronously by default (a request arriving during a step is "
     "scheduled a step later than here, a finished request's seat and blocks are free a step later)"
@@ -284,11 +298,8 @@ def pd_decode_queue(result: Any) -> tuple[float | None, dict[str, float] | None]
     for name in ("ttft_prefill_queue_s", "ttft_prefill_s", "ttft_transfer_s"):
         wait = wait - q[name].to_numpy()
     s = result.summary
-    parts = {
-        "prefill queueing": s["ttft_prefill_queue_p99_s"],
-        "prefill": s["ttft_prefill_p99_s"],
-        "transfer+wait": s["ttft_transfer_p99_s"],  # (run_report_fleet.PD_PARTS' label)
-    }
+    # (the remote parts, as the P/D table labels them: its last part is the decode replica's own)
+    parts = {label: s[f"{key}_p99_s"] for label, key in PD_PARTS[:3]}
     return float(np.percentile(np.maximum(wait, 0.0), 99)), parts
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.analysis.run_report import _num
+from kvsim.analysis.run_report import PD_PARTS, _num
 from kvsim.model.units import fmt_count
 
 
@@ -153,17 +153,6 @@ def prefill_rows(result: Any) -> list[dict[str, Any]]:
     ]
 
 
-# A disaggregated fleet's summary keys (DESIGN.md §Prefill/decode disaggregation, Metrics).
-PD_PARTS = (
-    ("prefill queueing", "ttft_prefill_queue"),
-    ("prefill", "ttft_prefill"),
-    # (newcomer review: "transfer" read 4.7 ms p50 beside a link in use 0.26 % of the run, ~0.4 ms a
-    # transfer: the part runs to the decode step that sees the transfer done, `render_pd` says so)
-    ("transfer+wait", "ttft_transfer"),
-    # (the rest of TTFT: the decode replica's queue and the step that makes the first token; a local
-    # prefill's whole TTFT: `render_pd` says so)
-    ("decode queue+step", "ttft_decode"),
-)
 # The disaggregation's counts and its link's figures (the lab's P/D page shows these).
 PD_LINK_KEYS = (
     "pd_disaggregated",

@@ -27,7 +27,8 @@ METRICS_POINTER = (
 
 _BARE: Any = object()  # a bare `--save-result` (vLLM's flag form): save into --result-dir or "."
 
-# SimConfig.preset's names, newest first (DESIGN.md §Presets; a test checks they are all of them).
+# SimConfig.preset's names: the defaults' (vLLM 0.23.0-0.33.0), then the newest release's and older ones in
+# order (DESIGN.md §Presets; a test checks they are all of them).
 PRESETS = ("vllm-latest", "vllm-0.34", "vllm-0.20", "vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0")
 
 
@@ -425,8 +426,8 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
             "step takes 1 ms (time_model ticks), and the report says its times are ticks. Unset knobs take\n"
             "kvsim.model.config.KNOBS' defaults (DESIGN.md §Defaults); --preset starts from a vLLM\n"
             "release's rules; a TOML file (--toml) may hold `workload`, `requests`, `seed`, `backend` and\n"
-            "a [config] table. Scheduling rules are vLLM 0.33.0's, the newest release covered; older\n"
-            "releases' are the presets of DESIGN.md §Presets. A flag with dashes takes underscores too\n"
+            "a [config] table. Scheduling rules are vLLM 0.33.0's; --preset vllm-0.34 gives 0.34.0's, older\n"
+            "releases' are the other presets of DESIGN.md §Presets. A flag with dashes takes underscores too\n"
             "(--block_size is --block-size)."
         ),
         epilog=METRICS_POINTER,

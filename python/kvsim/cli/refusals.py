@@ -431,6 +431,34 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
             f"and this run's pool has {'groups of ' + ', '.join(sorted(kinds)) + ' only' if kinds else 'one full-attention group'}: "
             f"give a hybrid model with both or {spell.drop}"
         )
+    # vLLM 0.34.0's sizing knobs (DESIGN.md §Presets): measured sizing reads a pool sized from a GPU that
+    # vLLM keeps it on for, the default block size a run whose block size is not given.
+    if given("kv_cache_sizing") and not config.measured_sizing_on:
+        from kvsim.model.gpus import is_rocm
+        from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.measured import measured_off
+
+        off = (
+            "this run sizes no pool from a GPU (give a model and a GPU)"
+            if config.gpu is None or config.model is None
+            else measured_off(
+                kv_cache_bytes=config.kv_cache_bytes is not None,
+                num_blocks=config._given.get("num_blocks") is not None,
+                rocm=is_rocm(resolve_gpu(config.gpu).arch),
+                disaggregated=config.prefill_replicas > 0,
+            )
+        )
+        out["kv_cache_sizing"] = (
+            f"{spell.value('kv_cache_sizing', config.kv_cache_sizing)} does nothing here: vLLM 0.34.0 sizes "
+            f"the pool from measured memory only where it keeps its extensible KV cache on, and {off}; "
+            f"{spell.drop}"
+        )
+    if given("default_block_size") and config._given.get("block_size") is not None:
+        out["default_block_size"] = (
+            f"{spell.value('default_block_size', config.default_block_size)} does nothing here: it is the "
+            f"block size vLLM offers when none is given, and this run gives "
+            f"{spell.value('block_size', config._given['block_size'])}; {spell.drop}"
+        )
     if config._given.get("kv_offloading_ps_per_block") is not None:
         out["kv_offloading_ps_per_block"] = None if tier else no_tier
     if config.allow_long_max_model_len:

@@ -34,7 +34,7 @@ import numpy as np
 
 from kvsim.engine.engine_input import EngineInput, prepare
 from kvsim.engine.simulate import SimResult, simulate
-from kvsim.errors import InternalError
+from kvsim.errors import InternalError, InvalidArgumentError
 from kvsim.lab.state_blocks import (
     BLOCK_STATES,
     BlockRows,
@@ -45,7 +45,7 @@ from kvsim.lab.state_blocks import (
     _seq_rows,
     sample_labels,
 )
-from kvsim.lab.state_hybrid import replay_hybrid
+from kvsim.lab.state_hybrid import check_tier_junction, replay_hybrid
 from kvsim.lab.state_hybrid_rows import block_rows as hybrid_block_rows
 from kvsim.lab.state_hybrid_rows import internal_tokens
 from kvsim.lab.state_hybrid_rows import seq_rows as hybrid_seq_rows
@@ -231,9 +231,30 @@ def run_track(
     names: dict[int, str] | None = None,
     request_names: list[str] | None = None,
 ) -> Track:
-    """Simulates `workload` under `config` with the event log and a time series, and replays it."""
+    """Simulates `workload` under `config` with the event log and a time series, and replays it (a
+    configuration the replay cannot follow refused first: `check_replayable`)."""
+    check_replayable(config)
     res = simulate(workload, config, backend=backend, record_events=True, record_timeseries=True)
     return replay(res, workload, config, names=names, request_names=request_names)
+
+
+def check_replayable(config: SimConfig) -> None:
+    """Refuses, by name, what the replay cannot follow, before a run: asynchronous scheduling (a finished
+    request's blocks and a window's are free a step later, DESIGN.md §Engine; the replay frees them as
+    synchronous scheduling does: a dense run under it parted from the engine's memory by a block at step 660
+    of ten requests, a hybrid one stopped with an internal error), which the page cannot set, and a hybrid
+    model's tier junctions (`state_hybrid.check_tier_junction`).
+
+    Raises:
+        InvalidArgumentError: naming the knob.
+    """
+    if config.async_scheduling:
+        raise InvalidArgumentError(
+            "async_scheduling True: the lab's replay frees a finished request's blocks and a window's as "
+            "synchronous scheduling does, where asynchronous scheduling frees them a step later; run it with "
+            "kvsim.simulate"
+        )
+    check_tier_junction(config)
 
 
 def replay(
@@ -314,6 +335,7 @@ def _replay(
 ) -> Track:
     if res.raw.events is None or not res.raw.events or res.timeseries is None:
         raise InternalError("replay needs a run simulated with record_events=True and record_timeseries=True")
+    check_replayable(config)
     inp = prepare(workload, config)
     bs = config.block_size
     paged = not config.is_contiguous

@@ -735,13 +735,25 @@ def replay_hybrid(
             rule): the junction decides which window and state blocks keep keys, and the pass, which
             looks up the GPU's hits but not the tier's, cannot tell it.
     """
-    if config.kv_offloading_chunks and config.kv_offloading_hit_junction:
+    check_tier_junction(config)
+    return _HybridPass(inp, config, step, kind, seq, block, count, post, num_steps, batch).run()
+
+
+def check_tier_junction(config: SimConfig) -> None:
+    """Refuses, by name, a hybrid model's tier hits setting junctions (`kv_offloading_hit_junction`, vLLM
+    0.34.0's rule): the junction decides which window and state blocks keep keys, and the replay's manager
+    pass looks up the GPU's hits, not the tier's. Checked before a run (`lab.state.check_replayable`) and at
+    the replay.
+
+    Raises:
+        InvalidArgumentError: naming the knob.
+    """
+    if config.kv_groups and config.kv_offloading_chunks and config.kv_offloading_hit_junction:
         raise InvalidArgumentError(
             "kv_offloading_hit_junction: the lab's replay of a hybrid model does not model a CPU-tier hit's "
             "junction (vLLM 0.34.0's rule: the event log does not name the junction, and the replay finds it "
             "from the GPU's hits alone); run it with kvsim.simulate"
         )
-    return _HybridPass(inp, config, step, kind, seq, block, count, post, num_steps, batch).run()
 
 
-__all__ = ["HybridRows", "replay_hybrid"]
+__all__ = ["HybridRows", "check_tier_junction", "replay_hybrid"]

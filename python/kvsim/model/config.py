@@ -7,8 +7,8 @@ Every field is validated and converted where it enters (`SimConfig.__post_init__
 the choices and limits every layer imports. Field names follow vLLM's spelling where vLLM has one
 (`block_size`, `enable_prefix_caching`, `max_num_seqs`, `max_num_batched_tokens`, `max_model_len`,
 `gpu_memory_utilization`, `tensor_parallel_size`, `kv_cache_dtype`). DESIGN.md §Engine describes what each
-knob does and §Defaults lists the table; the defaults are the newest covered vLLM release's rules (0.33.0) and
-presets give older releases' (DESIGN.md §Presets). The time model's methods (`time_model` resolved, its coefficients
+knob does and §Defaults lists the table; the defaults are vLLM 0.33.0's rules, the preset
+`vllm-0.34` gives 0.34.0's and the other presets older releases' (DESIGN.md §Presets). The time model's methods (`time_model` resolved, its coefficients
 derived, `time_line`) are in `kvsim.model.config_time`, the CPU tier's sizing in `kvsim.model.config_tier`,
 its dictionaries (`to_dict`, `resolved`, `describe`, `from_dict`) in `kvsim.model.config_dict`, the
 cross-knob checks (combinations, parallelism, DP groups, the hybrid manager's values, `async_scheduling`) in
@@ -480,10 +480,6 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         )
         return off is None
 
-    def _measured_off_given(self) -> bool:
-        """Whether a size is given that turns vLLM 0.34.0's measured sizing off (`kv_cache_bytes`, `num_blocks`)."""
-        return self.kv_cache_bytes is not None or self._given["num_blocks"] is not None  # type: ignore[attr-defined]
-
     @property
     def resolved_gpu_memory_utilization(self) -> float:
         """The share of device memory the pool is sized from: `gpu_memory_utilization`, but 1.0 where the pool
@@ -622,20 +618,17 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             "batch_rule": "serve-0.9",
             "cudagraph_memory_bytes": 0,
         }
+        latest = {
+            "policy": "vllm",
+            "free_order": "lifo_unhashed",
+            "admission_gate": "full-prompt",
+            "waiting_over_budget": "stop",
+            "watermark_rule": "while-running",
+        }
         presets: dict[str, dict[str, Any]] = {
-            "vllm-latest": {
-                "policy": "vllm",
-                "free_order": "lifo_unhashed",
-                "admission_gate": "full-prompt",
-                "waiting_over_budget": "stop",
-                "watermark_rule": "while-running",
-            },
+            "vllm-latest": latest,
             "vllm-0.34": {
-                "policy": "vllm",
-                "free_order": "lifo_unhashed",
-                "admission_gate": "full-prompt",
-                "waiting_over_budget": "stop",
-                "watermark_rule": "while-running",
+                **latest,
                 "default_block_size": 64,
                 "kv_cache_sizing": "measured",
                 "kv_offloading_hit_junction": True,
@@ -675,10 +668,13 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         ):
             chosen["swap_space_bytes"] = V0_SWAP_SPACE_BYTES  # v0's default: 4 GiB of CPU memory per GPU
         config = cls(**{**chosen, **overrides})
-        if name not in ("vllm-latest", "vllm-0.34", "vllm-v0") and config.watermark > 0:
+        if (
+            "watermark_rule" not in chosen and config.watermark > 0
+        ):  # (a release with a watermark states its rule)
+            takes = ", ".join(repr(n) for n, p in presets.items() if "watermark_rule" in p)
             raise InvalidArgumentError(
                 f"watermark {config.watermark!r}: preset {name!r} has none (vLLM v1 has no watermark before "
-                "0.24.0; 'vllm-latest', 'vllm-0.34' and 'vllm-v0' take one)"
+                f"0.24.0; {takes} take one)"
             )
         return config
 

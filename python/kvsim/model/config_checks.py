@@ -79,14 +79,14 @@ class ConfigChecks:
         kv_cache_sizing: str
         gpu: Any
         kv_cache_bytes: int | None
-
-        def _measured_off_given(self) -> bool: ...
-
         pool_null_block: str
         activation_reserve_bytes: int | None
 
         @property
         def pool(self) -> Any: ...
+
+        @property
+        def measured_sizing_on(self) -> bool: ...
 
     def _check_combinations(self) -> None:
         if self.policy == "static" and self._given.get("max_model_len") is None:  # type: ignore[attr-defined]
@@ -103,18 +103,14 @@ class ConfigChecks:
                     "kv_cache_sizing 'measured' is vLLM 0.34.0's (v1's extensible KV cache): pool_null_block "
                     "'extra' (vLLM v0's count) does not apply; use kv_cache_sizing 'profiled'"
                 )
-            if self.prefill_replicas > 0 and self.gpu is not None and not self._measured_off_given():
-                from kvsim.model.gpus import is_rocm
-                from kvsim.model.gpus import resolve as resolve_gpu
-
-                if not is_rocm(resolve_gpu(self.gpu).arch):
-                    # (on ROCm it is off: `measured.measured_off`)
-                    raise InvalidArgumentError(
-                        "kv_cache_sizing 'measured' with a disaggregated fleet (prefill_replicas): vLLM 0.34.0 keeps "
-                        "its extensible KV cache on beside NIXL's connector only where the host has an IMEX channel "
-                        "(VllmConfig._resolve_extensible_kv_cache), which kvsim does not know: use kv_cache_sizing "
-                        "'profiled' (vLLM's sizing without one), or give kv_cache_bytes or num_blocks"
-                    )
+            if self.prefill_replicas > 0 and self.gpu is not None and self.measured_sizing_on:
+                # (off with a size given and on ROCm: `measured.measured_off`, one rule)
+                raise InvalidArgumentError(
+                    "kv_cache_sizing 'measured' with a disaggregated fleet (prefill_replicas): vLLM 0.34.0 keeps "
+                    "its extensible KV cache on beside NIXL's connector only where the host has an IMEX channel "
+                    "(VllmConfig._resolve_extensible_kv_cache), which kvsim does not know: use kv_cache_sizing "
+                    "'profiled' (vLLM's sizing without one), or give kv_cache_bytes or num_blocks"
+                )
             if self.activation_reserve_bytes is not None:
                 raise InvalidArgumentError(
                     "kv_cache_sizing 'measured' keeps the transient activation peak free apart from the memory "

@@ -139,8 +139,8 @@ KNOBS: dict[str, Knob] = {
         16,
         "int",
         "the block size vLLM offers the attention backend when block_size is unset "
-        "(CacheConfig.DEFAULT_BLOCK_SIZE): 16 (vLLM 0.33.0 and before) or 64 (vLLM 0.34.0: every CUDA backend "
-        "kvsim picks takes it; ROCm's ROCM_ATTN keeps 16)",
+        "(CacheConfig.DEFAULT_BLOCK_SIZE): 16 (vLLM 0.33.0 and before) or 64 (vLLM 0.34.0: dense and MLA "
+        "models on CUDA take it; sparse-attention models keep their own blocks; ROCm's ROCM_ATTN keeps 16)",
         lo=16,
         hi=64,
         unit="tokens",
