@@ -909,7 +909,7 @@ def test_run_help_names_the_release_of_the_defaults(capsys):
 
     assert main(["run", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "vLLM 0.33.0's, the newest release covered" in text
+    assert "Scheduling rules are vLLM 0.33.0's; --preset vllm-0.34 gives 0.34.0's" in text
     assert "--waiting-over-budget" in text
     assert "stop the waiting phase (vLLM 0.12 and later)" in text
 
