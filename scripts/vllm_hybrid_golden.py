@@ -678,9 +678,7 @@ def _outputs(s: Any, out: Any, sampled: dict[str, bool], MRO: Any) -> None:
         req = s.requests.get(r)
         n = req.num_output_tokens if req is not None else 0
         tokens.append([900_000 + int(r) * 1000 + n] if sampled[r] else [])
-    s.update_from_output(
-        out, MRO(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=tokens)
-    )
+    s.update_from_output(out, MRO(req_ids=ids, sampled_token_ids=tokens, **req_id_to_index(MRO, ids)))
 
 
 def main(argv: list[str]) -> int:

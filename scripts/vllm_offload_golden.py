@@ -32,6 +32,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# (the release helpers are the hybrid recorder's, one place; this script's folder is on sys.path when run)
+from vllm_hybrid_golden import req_id_to_index, vllm_version
+
 # Content `c`'s token `i` is token id `c * 100_000 + i` (kvsim's segment (c, n) is the first n tokens of
 # content c); request r's k-th output token is 900_000 + r * 1000 + k (never shared).
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -188,21 +191,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         ],
     },
 }
-
-
-def vllm_version() -> str:
-    """The release that writes a file (`vllm.__version__`: the wheel imported, so a file says which)."""
-    import vllm
-
-    return str(vllm.__version__)
-
-
-def req_id_to_index(output_cls: Any, ids: list[str]) -> dict[str, Any]:
-    """`ModelRunnerOutput`'s `req_id_to_index` where the release has it (vLLM 0.33.0; 0.34.0 dropped it and
-    reads the index from `req_ids`)."""
-    if "req_id_to_index" in getattr(output_cls, "__dataclass_fields__", {}):
-        return {"req_id_to_index": {r: i for i, r in enumerate(ids)}}
-    return {}
 
 
 def random_scenario(seed: int) -> dict[str, Any]:
