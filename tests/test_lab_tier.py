@@ -300,8 +300,8 @@ def _small_pool(draw, cfg, **more):
             kv_offloading_prompt_only=True,
             **more,
         )
-    # (the replay does not model a tier hit's junction: `test_the_lab_refuses_a_tier_hits_junction`)
-    return cfg.replace(kv_offloading_hit_junction=False)
+    # (vLLM 0.34.0's junction from a tier hit, or 0.33.0's rule)
+    return cfg.replace(kv_offloading_hit_junction=draw(st.booleans()))
 
 
 @settings(deadline=None)
@@ -705,25 +705,53 @@ def test_the_state_layers_tier_preset_loads_turn_1s_states_back():
     assert (end["tier"]["cpu_loads"], end["tier"]["cpu_evictions"]) == (1, 0)
 
 
-def test_the_lab_refuses_a_tier_hits_junction():
-    """vLLM 0.34.0's junction from a CPU-tier hit (DESIGN.md §CPU tier, §Lab) decides which window blocks
-    keep keys, and the lab's replay, which finds a junction from the GPU's hits alone, is refused it by
-    name rather than replaying other tables than the engine's."""
-    from kvsim.lab.state import run_track
-    from kvsim.model.config import SimConfig
-    from kvsim.model.layers import Layer
-    from kvsim.workloads import synthetic
-    from tests.test_hybrid_engine import toy
+def _junction_recordings() -> list[str]:
+    """vLLM 0.34.0's recordings its junction rule changes (those that differ from 0.33.0's but for the
+    three with a store threshold: `test_each_of_0_34_0s_rules_is_needed_where_its_files_differ`) whose
+    groups' blocks are of one size (the lab shows blocks of one size: `query.check_layout`)."""
+    from tests.test_offload_hybrid_golden import SCENARIOS, load
 
-    cfg = SimConfig(
-        model=toy([Layer("full"), Layer("sliding_window", 8)]),
-        block_size=4,
-        num_blocks=64,
-        kv_offloading_chunks=16,
-        max_model_len=256,
-        kv_offloading_hit_junction=True,
-    )
-    w = synthetic(5, lengths="fixed", length_params={"prompt_len": 40, "output_len": 4})
-    with pytest.raises(InvalidArgumentError, match="kv_offloading_hit_junction: the lab's replay"):
-        run_track(w, cfg)
-    run_track(w, cfg.replace(kv_offloading_hit_junction=False))
+    return [
+        n
+        for n in SCENARIOS
+        if {**load("vllm_offload_hybrid", n), "vllm": ""}
+        != {**load("vllm_offload_hybrid_034", n), "vllm": ""}
+        and load("vllm_offload_hybrid", n).get("store_threshold", 0) < 2
+        and len({bs for _, _, bs in load("vllm_offload_hybrid", n)["groups"]}) == 1
+    ]
+
+
+JUNCTION_RECORDINGS = _junction_recordings()
+
+
+def test_the_junction_recordings_are_here():
+    assert len(JUNCTION_RECORDINGS) == 31, JUNCTION_RECORDINGS
+
+
+@pytest.mark.parametrize("name", JUNCTION_RECORDINGS)
+def test_the_lab_replays_a_tier_hits_junction(name):
+    """vLLM 0.34.0's junction from a CPU-tier hit (DESIGN.md §CPU tier, §Lab) decides which window and
+    state blocks keep keys: on the recordings where 0.34.0's rule changes vLLM's decisions, the lab's
+    replay (the junction read from each `admit` row) is the engine's at every state, tables per group
+    included; a replay that kept the GPU lookup's junction parted from the engine in 29 of these 31."""
+    from tests.test_offload_golden import workload_of
+    from tests.test_offload_hybrid_golden import config_of, load
+
+    sc = load("vllm_offload_hybrid_034", name)
+    w, cfg = workload_of(sc), config_of(sc)
+    assert cfg.kv_offloading_hit_junction
+    assert cfg.kv_groups
+    assert cfg.kv_offloading_chunks
+    check_tier(w, cfg)
+    t = run_track(w, cfg, backend="rust")
+    check_tables(t)
+    # Every hybrid admission's row carries the request's junction under the rule (0: none), none without.
+    for rules, logged in ((None, True), ({"kv_offloading_hit_junction": False}, False)):
+        c = cfg if rules is None else cfg.replace(**rules)
+        ev = simulate(w, c, record_events=True).events
+        assert ev is not None
+        counts = ev.filter(ev["kind"] == "admit")["count"]
+        assert len(counts) > 0
+        assert bool((counts >= 0).all() if logged else (counts == -1).all())
+        if logged:  # (and some admission carries a junction, the tier's or the GPU's)
+            assert counts.max() > 0

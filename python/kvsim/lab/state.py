@@ -45,7 +45,7 @@ from kvsim.lab.state_blocks import (
     _seq_rows,
     sample_labels,
 )
-from kvsim.lab.state_hybrid import check_tier_junction, replay_hybrid
+from kvsim.lab.state_hybrid import replay_hybrid
 from kvsim.lab.state_hybrid_rows import block_rows as hybrid_block_rows
 from kvsim.lab.state_hybrid_rows import internal_tokens
 from kvsim.lab.state_hybrid_rows import seq_rows as hybrid_seq_rows
@@ -242,8 +242,7 @@ def check_replayable(config: SimConfig) -> None:
     """Refuses, by name, what the replay cannot follow, before a run: asynchronous scheduling (a finished
     request's blocks and a window's are free a step later, DESIGN.md §Engine; the replay frees them as
     synchronous scheduling does: a dense run under it parted from the engine's memory by a block at step 660
-    of ten requests, a hybrid one stopped with an internal error), which the page cannot set, and a hybrid
-    model's tier junctions (`state_hybrid.check_tier_junction`).
+    of ten requests, a hybrid one stopped with an internal error), which the page cannot set.
 
     Raises:
         InvalidArgumentError: naming the knob.
@@ -254,7 +253,6 @@ def check_replayable(config: SimConfig) -> None:
             "synchronous scheduling does, where asynchronous scheduling frees them a step later; run it with "
             "kvsim.simulate"
         )
-    check_tier_junction(config)
 
 
 def replay(

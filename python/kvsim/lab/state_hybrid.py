@@ -23,7 +23,10 @@ request resumes in the held queue's order as the step's batch says (a resume has
 chunk reserving a state's prefill checkpoint as any prefill chunk does; a finishing request's windows are
 freed first (`window` rows after its `finish`); stores (a state's hand-off alone, as any) and the tier's
 evictions leave the GPU pool as it is. What a state keyed in this step or a landed load's states adopted
-decide (whether an admission waits a step) is the log's: the pass admits what the log admits.
+decide (whether an admission waits a step) is the log's: the pass admits what the log admits. Under
+`kv_offloading_hit_junction` (vLLM 0.34.0's rule) the tier's lookup may raise a request's junction past the
+GPU lookup's, which decides the keys its windows and states keep: the pass takes the junction from the
+`admit` row, which carries it then, as the engine's manager took it.
 
 The pass gives rows (`HybridRows`); `kvsim.lab.state_hybrid_rows` turns them into the columns the lab keeps
 for every track (`BlockRows` with each block's group, `SeqRows` with a table per group) and measures the
@@ -39,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.engine.engine_input import EngineInput
-from kvsim.errors import InternalError, InvalidArgumentError
+from kvsim.errors import InternalError
 from kvsim.model.config import SimConfig
 from kvsim.reference.engine import EVENT
 from kvsim.reference.kv_groups import NULL, HybridKVCacheManager
@@ -577,6 +580,7 @@ class _HybridPass:
         segs = self.segments(s, g)
         kv = self.kv
         hit = kv.lookup(segs, total - 1)
+        self.junction_of(e, hit, j)
         if x is not None:
             return self.admit_load(s, e, i, hi, j, hit, hit.tokens + self.count[x])
         for gi, blocks in enumerate(hit.hits):
@@ -600,6 +604,20 @@ class _HybridPass:
         self.version[s] += 1
         self.mark_all(s)
         return i
+
+    def junction_of(self, e: int, hit: Any, j: int) -> None:
+        """Under `kv_offloading_hit_junction` with a CPU tier, the admission at `e` keeps the junction its
+        `admit` row carries (the GPU lookup's, or the tier's lookup's where it raised it: vLLM 0.34.0's
+        rule, DESIGN.md §CPU tier), never one below the GPU lookup's."""
+        logged = self.count[e]
+        if not self.tier or logged < 0:
+            return
+        if logged < hit.junction:
+            raise InternalError(
+                f"the hybrid replay at step {j}: seq {self.seq[e]}'s admission logs junction {logged}, below "
+                f"the GPU lookup's {hit.junction}"
+            )
+        hit.junction = logged
 
     def admit_load(self, s: int, e: int, i: int, hi: int, j: int, hit: Any, end: int) -> int:
         """A load admitted (the engine's `h_admit_load`): the request takes its GPU hits, skipping a
@@ -728,32 +746,8 @@ def replay_hybrid(
     batch: list[int] | None = None,
 ) -> HybridRows:
     """The blocks of a hybrid run (module docstring): rows, counts and the tokens each admission hit;
-    with a CPU tier, `batch` is each step's (the time series'), which says how many held requests resume.
-
-    Raises:
-        InvalidArgumentError: a tier's hits setting junctions (`kv_offloading_hit_junction`, vLLM 0.34.0's
-            rule): the junction decides which window and state blocks keep keys, and the pass, which
-            looks up the GPU's hits but not the tier's, cannot tell it.
-    """
-    check_tier_junction(config)
+    with a CPU tier, `batch` is each step's (the time series'), which says how many held requests resume."""
     return _HybridPass(inp, config, step, kind, seq, block, count, post, num_steps, batch).run()
 
 
-def check_tier_junction(config: SimConfig) -> None:
-    """Refuses, by name, a hybrid model's tier hits setting junctions (`kv_offloading_hit_junction`, vLLM
-    0.34.0's rule): the junction decides which window and state blocks keep keys, and the replay's manager
-    pass looks up the GPU's hits, not the tier's. Checked before a run (`lab.state.check_replayable`) and at
-    the replay.
-
-    Raises:
-        InvalidArgumentError: naming the knob.
-    """
-    if config.kv_groups and config.kv_offloading_chunks and config.kv_offloading_hit_junction:
-        raise InvalidArgumentError(
-            "kv_offloading_hit_junction: the lab's replay of a hybrid model does not model a CPU-tier hit's "
-            "junction (vLLM 0.34.0's rule: the event log does not name the junction, and the replay finds it "
-            "from the GPU's hits alone); run it with kvsim.simulate"
-        )
-
-
-__all__ = ["HybridRows", "check_tier_junction", "replay_hybrid"]
+__all__ = ["HybridRows", "replay_hybrid"]

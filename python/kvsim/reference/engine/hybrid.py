@@ -68,9 +68,12 @@ class Hybrid(State):
     def log_hybrid_admission(self, s: Seq, hit: Lookup, done: int, new: list[tuple[int, int]]) -> None:
         """An admission over a hybrid pool logged: `admit`, the hits its windows kept as of `done` tokens
         (its hit's at an ordinary admission, the loaded or transferred tokens' when its tables are held for
-        a transfer: `h_hold_tables`), then its new blocks `new`."""
+        a transfer: `h_hold_tables`), then its new blocks `new`. Under `kv_offloading_hit_junction` with a
+        CPU tier the `admit` row carries the request's junction in `count` (0: none; the tier's lookup may
+        have raised it, and the log is where the lab's replay reads it: DESIGN.md §Event log)."""
         kv = self.hkv
-        self.log("admit", s)
+        junction = hit.junction if self.tier is not None and self.cfg.kv_offloading_hit_junction else -1
+        self.log("admit", s, -1, junction)
         for g, blocks in enumerate(hit.hits):
             skipped = kv.groups[g].skipped(done) // kv.groups[g].block_size
             for b in blocks[skipped:]:

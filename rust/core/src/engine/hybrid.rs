@@ -169,10 +169,22 @@ impl Engine<'_> {
 
     /// An admission over a hybrid pool logged: `admit`, the request's hits its windows kept as of `done`
     /// tokens (its hit's at an ordinary admission, the loaded or transferred tokens' when its tables are
-    /// held for a transfer: `h_hold_tables`), then its new blocks (`self.group_new`).
+    /// held for a transfer: `h_hold_tables`), then its new blocks (`self.group_new`). Under
+    /// `kv_offloading_hit_junction` with a CPU tier the `admit` row carries the request's junction in
+    /// `count` (0: none; the tier's lookup may have raised it, and the log is where the lab's replay reads
+    /// it: DESIGN.md §Event log).
     pub(super) fn log_hybrid_admission(&mut self, row: usize, done: u64) {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
-        self.log(event::ADMIT, row, -1);
+        let junction = if self
+            .tier
+            .as_deref()
+            .is_some_and(super::offload::Tier::hit_junction)
+        {
+            self.lookup.junction as i64
+        } else {
+            -1
+        };
+        self.log_count(event::ADMIT, row, -1, junction);
         for g in 0..groups.len() {
             let spec = &groups.specs()[g];
             let skipped = spec.skipped(done) / spec.block_size;

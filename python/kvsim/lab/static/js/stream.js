@@ -29,6 +29,8 @@ export const KIND_LABELS = {
   "cpu-evict": "CPU-tier evict",
 };
 const ORDER = Object.keys(KIND_LABELS);
+// The kinds whose count is the block's KV-cache group in a hybrid model (DESIGN.md §Event log).
+const GROUP_KINDS = new Set(["allocate", "prefix-hit", "evict", "free", "window"]);
 
 export class EventStream {
   constructor({ list, kinds, request, count, onSelectBlock }) {
@@ -87,10 +89,11 @@ export class EventStream {
       title="show only this request's events">${esc(replay.name(rid, sample))}</button>` : "";
     const blk = block >= 0
       ? `<button type="button" class="linkish mono" data-block="${block}">P_${block}</button>` : "";
-    // A hybrid model's block events name the block's KV-cache group (the event's count).
+    // A hybrid model's block events name the block's KV-cache group (the event's count; other kinds' count
+    // is a number of their own: a `schedule`'s tokens, an `admit`'s junction, a `load`'s chunks).
     const groups = replay.groups;
-    const g = groups && count >= 0 && count < groups.length ? groups[count] : null;
-    const tag = g && kind !== "schedule" ? ` <span class="hint">G${count} ${esc(g.label)}</span>` : "";
+    const g = groups && GROUP_KINDS.has(kind) && count >= 0 && count < groups.length ? groups[count] : null;
+    const tag = g ? ` <span class="hint">G${count} ${esc(g.label)}</span>` : "";
     let key = "";
     let anchor = false;
     if (block >= 0 && kind === "allocate") {

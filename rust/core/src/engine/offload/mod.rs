@@ -213,6 +213,13 @@ impl Tier {
         !self.fences.is_empty() || !self.last_offers.is_empty()
     }
 
+    /// vLLM 0.34.0's junction from the tier's hits (`kv_offloading_hit_junction`; never on for a decode
+    /// replica's connector): a hybrid admission's `admit` row carries the request's junction.
+    #[inline]
+    pub(in crate::engine) fn hit_junction(&self) -> bool {
+        self.cfg.hit_junction
+    }
+
     /// A decode replica's connector (DESIGN.md §Prefill/decode disaggregation): the held queue and the
     /// transfers over its inbound link, no CPU tier.
     pub(super) fn connector(latency_ps: u64, ps_per_block: u64, block_size: u64) -> Self {
