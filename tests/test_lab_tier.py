@@ -241,7 +241,31 @@ def test_a_tier_of_0_bytes_is_no_tier():
     assert "cpu_chunks" not in b["paged"]["metrics"]
     on = bundle("copilot", kv_offloading_bytes=64 * 2**20)
     assert on["tier"]["chunks"] == 32
+    # vLLM 0.33.0's rules, the defaults
+    assert (on["tier"]["store_threshold_count"], on["tier"]["hit_junction"]) == ("per-offer", False)
     assert on["contiguous"] is not None  # the contiguous baseline runs without a tier
+
+
+def test_the_bundles_tier_records_the_tiers_rules():
+    """The bundle's `tier` records the store threshold, how it counts and the junction rule the run had."""
+    from kvsim.lab.bundle_info import tier_info
+
+    p = get_preset("cpu-tier")
+    for rules in (
+        {"kv_offloading_store_threshold_count": "per-request", "kv_offloading_hit_junction": True},
+        {"kv_offloading_store_threshold": 2, "kv_offloading_store_threshold_count": "per-offer"},
+    ):
+        cfg = resolve("cpu-tier").paged.replace(**rules)
+        info = tier_info(cfg, run_track(p.workload, cfg), None)
+        assert info is not None
+        assert {
+            f"kv_offloading_{k}": info[k]
+            for k in ("store_threshold", "store_threshold_count", "hit_junction")
+        } == {
+            "kv_offloading_store_threshold": 0,
+            "kv_offloading_hit_junction": False,
+            **rules,
+        }
 
 
 @st.composite

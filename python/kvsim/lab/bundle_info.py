@@ -170,7 +170,8 @@ def _layout_info(cfg: SimConfig, kv_bytes: int | None) -> dict[str, Any] | None:
 def tier_info(cfg: SimConfig, t: Track, tier_bytes: int | None) -> dict[str, Any] | None:
     """The CPU tier's constants (DESIGN.md §CPU tier), None without one: its chunks and their bytes
     (a chunk's blocks' KV padded to 4 KiB, as vLLM's `CPUOffloadingSpec`), the memory asked for, the
-    eviction policy, the link's time, and the run's totals the log has no row for (`stores_failed`:
+    eviction policy, the store threshold and how it counts, whether a tier hit sets the junction
+    (`kv_offloading_hit_junction`), the link's time, and the run's totals the log has no row for (`stores_failed`:
     stores that found no room; `stores_skipped`: under the store threshold)."""
     if not cfg.kv_offloading_chunks:
         return None
@@ -182,6 +183,9 @@ def tier_info(cfg: SimConfig, t: Track, tier_bytes: int | None) -> dict[str, Any
         "blocks_per_chunk": cfg.kv_offloading_blocks_per_chunk,
         "eviction_policy": cfg.kv_offloading_eviction_policy,
         "prompt_only": cfg.kv_offloading_prompt_only,
+        "store_threshold": cfg.kv_offloading_store_threshold,
+        "store_threshold_count": cfg.kv_offloading_store_threshold_count,
+        "hit_junction": cfg.kv_offloading_hit_junction,
         "latency_s": cfg.kv_offloading_latency_ps / 1e12,
         "s_per_block": cfg.kv_offloading_ps_per_block / 1e12,
         "stores_failed": int(summary["stores_failed"]),
