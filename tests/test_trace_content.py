@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kvsim.errors import InvalidArgumentError, TraceFormatError
+from kvsim.errors import TimeUnitError, TraceFormatError
 from kvsim.workloads import Workload, iter_table, load_azure, load_mooncake, load_table
 
 from .cli_run_common import _error, _json
@@ -142,8 +142,20 @@ def test_a_column_of_dates_and_numbers_is_refused_by_row(tmp_path: Path) -> None
         info.value.reason
         == "'2023-11-16 18:17:04.1000000' is a date, in a column of numbers (its first row's kind)"
     )
-    with pytest.raises(InvalidArgumentError, match="holds dates, read as seconds since the earliest"):
+    with pytest.raises(TimeUnitError, match="holds dates, read as seconds since the earliest"):
         load_table(_azure(tmp_path / "t.csv"), columns=AZURE_COLUMNS, time_unit="ms")
+
+
+def test_run_names_the_time_unit_flag_beside_dates(tmp_path: Path, capsys) -> None:
+    """`kvsim run` tells a time unit beside dates (`TimeUnitError`) from the file's other errors by its
+    type: the flag named, in one line; without the flag the file runs."""
+    path = _azure(tmp_path / "t.csv")
+    cols = ",".join(f"{k}={v}" for k, v in AZURE_COLUMNS.items())
+    base = ["run", "--num-blocks", "64", "--workload", str(path), "--trace-columns", cols]
+    line = _error(capsys, [*base, "--trace-time-unit", "ms"])
+    assert line.startswith("kvsim run: error: argument --trace-time-unit: time_unit 'ms': "), line
+    assert "holds dates" in line
+    assert _json(capsys, base)["summary"]["completed"] == len(AZURE_ROWS)
 
 
 @needs_traces

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kvsim.errors import InvalidArgumentError, TraceFormatError
+from kvsim.errors import InvalidArgumentError, TimeUnitError, TraceFormatError
 from kvsim.workloads import Workload, load_azure, load_mooncake, load_table
 
 TRACES = Path(
@@ -269,7 +269,7 @@ def test_load_table_options(tmp_path: Path) -> None:
     path.write_text("arrival,prompt_len\n0,1\n")
     with pytest.raises(TraceFormatError, match="output_len"):
         load_table(path)
-    with pytest.raises(InvalidArgumentError, match="time_unit"):
+    with pytest.raises(TimeUnitError, match="time_unit 'h' must be one of"):
         load_table(path, time_unit="h")
     with pytest.raises(InvalidArgumentError, match="columns keys"):
         load_table(path, columns={"bogus": "x"})

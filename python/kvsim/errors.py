@@ -20,6 +20,12 @@ class UnsplittableModelError(InvalidArgumentError):
     or a quantization group that does not divide): a valid size for another model. Python only."""
 
 
+class TimeUnitError(InvalidArgumentError):
+    """A table's time unit that is not one kvsim reads (`"s"`, `"ms"`, `"us"`), or one other than seconds
+    beside an arrival column of dates, which carry their unit (`load_table`; `kvsim run` names the flag
+    `--trace-time-unit`). Python only."""
+
+
 class InvalidOperationError(KvsimError, ValueError):
     """A call that is not allowed in the current state (double free, fork onto an existing request)."""
 
@@ -55,6 +61,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidOperationError",
     "KvsimError",
+    "TimeUnitError",
     "TraceFormatError",
     "UnsplittableModelError",
 ]

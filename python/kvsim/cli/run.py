@@ -41,7 +41,7 @@ from kvsim.cli.refusals import (
     _refuse_idle_swap,
     _refuse_modelless_knobs,
 )
-from kvsim.errors import InvalidArgumentError, TraceFormatError
+from kvsim.errors import InvalidArgumentError, TimeUnitError, TraceFormatError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
 from kvsim.model.units import fmt_count
@@ -338,10 +338,8 @@ def _workload_from_args(args: argparse.Namespace, data: dict[str, Any], notes: l
         except TraceFormatError as exc:
             hint = trace_file_hint(spec, exc.field, exc.reason)
             raise TraceFormatError(exc.path, exc.line, exc.field, exc.reason + hint) from None
-        except InvalidArgumentError as exc:
-            if str(exc).startswith("time_unit"):  # (a file of dates: they carry their unit)
-                raise FlagError(f"argument --trace-time-unit: {exc}") from None
-            raise
+        except TimeUnitError as exc:  # (one kvsim does not read, or any beside dates: they carry their unit)
+            raise FlagError(f"argument --trace-time-unit: {exc}") from None
         unread = ws.unread_content_note(spec, full)
         if unread is not None:
             notes.append(unread)

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from kvsim.arguments import int_arg
-from kvsim.errors import InvalidArgumentError, TraceFormatError
+from kvsim.errors import InvalidArgumentError, TimeUnitError, TraceFormatError
 from kvsim.model.units import fmt_count
 from kvsim.workloads.table import Workload
 from kvsim.workloads.traces import (
@@ -348,7 +348,7 @@ def _load_table(
     p = _existing(path)
     fmt = _table_format(p, format)
     if not isinstance(time_unit, str) or time_unit not in _TIME_DIVISORS:
-        raise InvalidArgumentError(f"time_unit {time_unit!r} must be one of {sorted(_TIME_DIVISORS)}")
+        raise TimeUnitError(f"time_unit {time_unit!r} must be one of {sorted(_TIME_DIVISORS)}")
     divisor = _TIME_DIVISORS[time_unit]
     if columns is not None and not (
         isinstance(columns, Mapping) and all(isinstance(v, str) for v in (*columns, *columns.values()))
@@ -370,7 +370,7 @@ def _load_table(
     if dates is None:
         dates = arrival_dates(p, fmt, mapping["arrival"], frame)
     if dates and time_unit != "s":
-        raise InvalidArgumentError(
+        raise TimeUnitError(
             f"time_unit {time_unit!r}: {p}'s arrival column {mapping['arrival']!r} holds dates, read as seconds "
             "since the earliest; a time unit is for numbers (leave it 's')"
         )
