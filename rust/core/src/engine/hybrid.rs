@@ -12,7 +12,7 @@ use crate::kv_groups::{GroupKind, GroupSpec, Groups, HybridTables, KeyCache};
 use crate::{BlockId, BlockPool};
 
 /// A sequence's state in a hybrid pool (boxed in `Seq::hybrid`, so a model of one group pays 8 bytes).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct HybridSeq {
     pub(super) tables: HybridTables,
     pub(super) keys: KeyCache,
@@ -24,9 +24,23 @@ pub(super) struct HybridSeq {
     /// A landed load's state keys, until the waiting pass first reaches it (DESIGN.md §CPU tier, "A
     /// Mamba group"; `h_resume_loaded`).
     pub(super) landed: Vec<crate::kv_groups::StateKeyed>,
-    /// `async_scheduling`: the step that last scheduled it (its index among the steps committed) and its
-    /// tokens there (DESIGN.md §Engine, "Asynchronous scheduling": `Engine::settled`).
+    /// `async_scheduling`: the step that last scheduled it (its index among the steps committed; -1
+    /// before any, as the reference's `Seq.flight_step`) and its tokens there (DESIGN.md §Engine,
+    /// "Asynchronous scheduling": `Engine::settled`).
     pub(super) flight: (i128, u64),
+}
+
+impl Default for HybridSeq {
+    fn default() -> Self {
+        HybridSeq {
+            tables: HybridTables::default(),
+            keys: KeyCache::default(),
+            conn: None,
+            next_stores: Vec::new(),
+            landed: Vec::new(),
+            flight: (-1, 0),
+        }
+    }
 }
 
 /// The tokens of a prefill chunk of `n` from `start` (a request of `num_tokens` tokens, prompt
@@ -508,6 +522,13 @@ mod tests {
             segment_len: &[600, 600],
         };
         run(inp, &cfg, 0, true, &AtomicBool::new(false)).unwrap()
+    }
+
+    /// A sequence not yet scheduled has no step in flight: -1, never a step's index (the reference's
+    /// `Seq.flight_step`), so `settled` cannot take the first step (index 0) for its own.
+    #[test]
+    fn a_new_sequence_has_no_step_in_flight() {
+        assert_eq!(HybridSeq::default().flight, (-1, 0));
     }
 
     /// Align mode: the first request's prompt runs as [0, 576) then its tail; the second hits the state
