@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 
 import pytest
 
@@ -244,3 +245,54 @@ def test_a_measured_sizing_that_vllm_turns_off_is_refused_by_name(capsys, extra,
     assert main([*base, "--num-gpu-blocks-override", "100"]) == 2
     assert "this run sizes no pool from a GPU" in capsys.readouterr().err
     assert main(["run", "--requests", "5", "--preset", "vllm-0.34", "--num-gpu-blocks-override", "100"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "which", "words"),
+    [
+        (
+            ["--prefill-replicas", "1", "--replicas", "2"],
+            "prefill_replicas",
+            "disaggregated fleet (--prefill-replicas)",
+        ),
+        (["--pool-null-block", "extra"], "pool_null_block", "--pool-null-block extra (vLLM v0's count)"),
+        (
+            ["--activation-reserve-bytes", "2GiB"],
+            "activation_reserve_bytes",
+            "which --activation-reserve-bytes lumps",
+        ),
+    ],
+)
+def test_measured_sizings_refusals_spell_the_flags_on_the_cli(capsys, extra, which, words):
+    """A CUDA P/D fleet (and the other knobs measured sizing cannot run with) under `--preset vllm-0.34` or
+    `--kv-cache-sizing measured`: `MeasuredSizingError` naming the knob, which `kvsim run` writes as its flags
+    (`--kv-cache-sizing profiled`, not SimConfig's `kv_cache_sizing 'profiled'`), on the flag given, the
+    preset named where it chose the sizing; SimConfig's own words stay its fields'."""
+    from kvsim.cli import main
+    from kvsim.errors import MeasuredSizingError
+
+    model = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
+    for sizing, source, flag in (
+        (["--preset", "vllm-0.34"], " (--preset vllm-0.34's)", extra[0]),
+        (["--kv-cache-sizing", "measured"], "", "--kv-cache-sizing"),
+    ):
+        assert main(["run", "--requests", "5", *model, *sizing, *extra]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"kvsim run: error: argument {flag}: --kv-cache-sizing measured{source} "), (
+            line
+        )
+        assert words in line
+        assert "--kv-cache-sizing profiled" in line
+        assert "kv_cache_sizing" not in line
+    fields = {
+        "prefill_replicas": {"prefill_replicas": 1, "replicas": 2},
+        "pool_null_block": {"pool_null_block": "extra"},
+    }
+    knobs = fields.get(which, {"activation_reserve_bytes": "2GiB"})
+    with pytest.raises(
+        MeasuredSizingError, match=r"^kv_cache_sizing 'measured'.*kv_cache_sizing 'profiled'"
+    ) as info:
+        SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured", **knobs)
+    assert info.value.which == which
+    again = pickle.loads(pickle.dumps(info.value))  # (a sweep's worker sends it back whole)
+    assert (str(again), again.which) == (str(info.value), which)

@@ -26,6 +26,20 @@ class TimeUnitError(InvalidArgumentError):
     `--trace-time-unit`). Python only."""
 
 
+class MeasuredSizingError(InvalidArgumentError):
+    """`kv_cache_sizing` "measured" beside a knob it cannot run with; `which` is that knob's `SimConfig`
+    name (`pool_null_block`, `prefill_replicas`, `activation_reserve_bytes`), so that a caller can write
+    the refusal in its own spelling (`kvsim.model.config_checks.measured_refusal`: `kvsim run`'s flags).
+    Python only."""
+
+    def __init__(self, message: str, which: str) -> None:
+        super().__init__(message)
+        self.which = which
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (str(self), self.which))
+
+
 class InvalidOperationError(KvsimError, ValueError):
     """A call that is not allowed in the current state (double free, fork onto an existing request)."""
 
@@ -61,6 +75,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidOperationError",
     "KvsimError",
+    "MeasuredSizingError",
     "TimeUnitError",
     "TraceFormatError",
     "UnsplittableModelError",

@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kvsim.cli.flags import FlagError, _knob_flags
-from kvsim.errors import KvsimError
+from kvsim.errors import KvsimError, MeasuredSizingError
 from kvsim.model.config import CONTIGUOUS_POLICIES, KNOBS
+from kvsim.model.config_checks import measured_refusal
 from kvsim.workloads.registry import format_value
 
 
@@ -507,6 +508,16 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
             f"{spell.setting('preemption', 'swap')} or auto, or {spell.drop}"
         )
     return out
+
+
+def measured_flag_error(exc: MeasuredSizingError, preset: str | None, flag_of: dict[str, str]) -> FlagError:
+    """`kvsim run`'s words for a `MeasuredSizingError`: its knobs as flags (`--kv-cache-sizing profiled`,
+    not SimConfig's `kv_cache_sizing 'profiled'`), on the flag given (the sizing's, else the other knob's),
+    naming the preset where it chose measured sizing."""
+    source = f" (--preset {preset}'s)" if preset and "kv_cache_sizing" not in flag_of else ""
+    text = measured_refusal(exc.which, FLAGS, source)
+    given = next((flag_of[k] for k in ("kv_cache_sizing", exc.which) if k in flag_of), None)
+    return FlagError(f"argument {given}: {text}" if given else text)
 
 
 def _refuse_idle_knobs(config: Any, prefill: Any = None, given: set[str] | None = None) -> None:

@@ -40,8 +40,9 @@ from kvsim.cli.refusals import (
     _refuse_idle_model_knobs,
     _refuse_idle_swap,
     _refuse_modelless_knobs,
+    measured_flag_error,
 )
-from kvsim.errors import InvalidArgumentError, TimeUnitError, TraceFormatError
+from kvsim.errors import InvalidArgumentError, MeasuredSizingError, TimeUnitError, TraceFormatError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
 from kvsim.model.units import fmt_count
@@ -229,6 +230,8 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
         )
     try:
         config = kvsim.SimConfig.preset(args.preset, **cfg) if args.preset else kvsim.SimConfig(**cfg)
+    except MeasuredSizingError as exc:
+        raise measured_flag_error(exc, args.preset, flag_of) from None
     except InvalidArgumentError as exc:
         field = str(exc).split(" ", 1)[0].rstrip(":")
         if field in flag_of:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kvsim.errors import InvalidArgumentError
+from kvsim.errors import InvalidArgumentError, MeasuredSizingError
 
 # The knobs vLLM's hybrid KV-cache manager (v1) fixes for a model whose KV-cache groups are not one
 # full-attention group, and the only value each takes then (`SimConfig._check_hybrid`; the lab's page
@@ -24,6 +24,44 @@ HYBRID_ONLY: dict[str, str] = {
     "append_check": "exact",
     "watermark_rule": "while-running",
 }
+
+
+class FieldSpelling:
+    """A refusal's knobs as `SimConfig` names them (`kv_cache_sizing 'profiled'`); `kvsim run` writes
+    them as its flags (`kvsim.cli.refusals.Spelling`: `--kv-cache-sizing profiled`)."""
+
+    def knob(self, name: str) -> str:
+        return name
+
+    def setting(self, name: str, value: str) -> str:
+        return f"{name} {value!r}"
+
+
+def measured_refusal(which: str, spell: Any = None, source: str = "") -> str:
+    """Why `kv_cache_sizing` "measured" cannot run beside knob `which` (`MeasuredSizingError.which`), its
+    knobs written by `spell` (`FieldSpelling` by default: SimConfig's names); `source` follows the sizing's
+    setting (`kvsim run`: the preset that chose it)."""
+    spell = spell or FieldSpelling()
+    measured = spell.setting("kv_cache_sizing", "measured") + source
+    profiled = spell.setting("kv_cache_sizing", "profiled")
+    if which == "pool_null_block":
+        return (
+            f"{measured} is vLLM 0.34.0's (v1's extensible KV cache): {spell.setting('pool_null_block', 'extra')} "
+            f"(vLLM v0's count) does not apply; use {profiled}"
+        )
+    if which == "prefill_replicas":
+        return (
+            f"{measured} with a disaggregated fleet ({spell.knob('prefill_replicas')}): vLLM 0.34.0 keeps its "
+            "extensible KV cache on beside NIXL's connector only where the host has an IMEX channel "
+            f"(VllmConfig._resolve_extensible_kv_cache), which kvsim does not know: use {profiled} (vLLM's "
+            f"sizing without one), or give {spell.knob('kv_cache_bytes')} or {spell.knob('num_blocks')}"
+        )
+    assert which == "activation_reserve_bytes", which
+    return (
+        f"{measured} keeps the transient activation peak free apart from the memory that stays in use "
+        f"(weights, non-torch, CUDA graphs), which {spell.knob('activation_reserve_bytes')} lumps into one "
+        f"total: give {spell.knob('cudagraph_memory_bytes')} for the graphs instead, or use {profiled}"
+    )
 
 
 # A disaggregated fleet of DP ranks: refused (`SimConfig`, `kvsim.engine.cluster`'s prefill_config).
@@ -98,26 +136,18 @@ class ConfigChecks:
         if self.kv_cache_sizing == "measured":
             # (vLLM 0.34.0's measured sizing, `kvsim.model.measured`: v1's, and it keeps the transient peak
             # apart from what stays in use, which one measured total does not say)
-            if self.pool_null_block == "extra":
-                raise InvalidArgumentError(
-                    "kv_cache_sizing 'measured' is vLLM 0.34.0's (v1's extensible KV cache): pool_null_block "
-                    "'extra' (vLLM v0's count) does not apply; use kv_cache_sizing 'profiled'"
-                )
-            if self.prefill_replicas > 0 and self.gpu is not None and self.measured_sizing_on:
+            which = (
+                "pool_null_block"
+                if self.pool_null_block == "extra"
                 # (off with a size given and on ROCm: `measured.measured_off`, one rule)
-                raise InvalidArgumentError(
-                    "kv_cache_sizing 'measured' with a disaggregated fleet (prefill_replicas): vLLM 0.34.0 keeps "
-                    "its extensible KV cache on beside NIXL's connector only where the host has an IMEX channel "
-                    "(VllmConfig._resolve_extensible_kv_cache), which kvsim does not know: use kv_cache_sizing "
-                    "'profiled' (vLLM's sizing without one), or give kv_cache_bytes or num_blocks"
-                )
-            if self.activation_reserve_bytes is not None:
-                raise InvalidArgumentError(
-                    "kv_cache_sizing 'measured' keeps the transient activation peak free apart from the memory "
-                    "that stays in use (weights, non-torch, CUDA graphs), which activation_reserve_bytes lumps "
-                    "into one total: give cudagraph_memory_bytes for the graphs instead, or use "
-                    "kv_cache_sizing 'profiled'"
-                )
+                else "prefill_replicas"
+                if self.prefill_replicas > 0 and self.gpu is not None and self.measured_sizing_on
+                else "activation_reserve_bytes"
+                if self.activation_reserve_bytes is not None
+                else None
+            )
+            if which is not None:
+                raise MeasuredSizingError(measured_refusal(which), which)
         if self.append_check == "one-free-block" and self.policy != "vllm":
             raise InvalidArgumentError(
                 f"append_check 'one-free-block' applies to policy 'vllm', not {self.policy!r}"
