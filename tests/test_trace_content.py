@@ -128,6 +128,69 @@ def test_a_date_arrival_column_is_read_as_the_azure_loader_reads_it(tmp_path: Pa
         assert got.meta["start"] == "2023-11-16 18:17:03.979960000"
 
 
+def _datetime_parquet(path: Path, rows: list = AZURE_ROWS, zone: str | None = None) -> Path:
+    """The Azure rows with their stamps as real date-times (polars' `Datetime` in nanoseconds, in `zone`
+    at the same instants where given), written by polars as parquet."""
+    stamps = pl.Series("TIMESTAMP", [a for a, _, _ in rows]).str.to_datetime(
+        "%Y-%m-%d %H:%M:%S%.f", time_unit="ns", time_zone="UTC" if zone else None
+    )
+    if zone:
+        stamps = stamps.dt.convert_time_zone(zone)
+    pl.DataFrame(
+        [
+            stamps,
+            pl.Series("ContextTokens", [b for _, b, _ in rows]),
+            pl.Series("GeneratedTokens", [c for _, _, c in rows]),
+        ]
+    ).write_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize("zone", [None, "Europe/Paris"])
+@pytest.mark.parametrize("chunk_rows", [None, 1, 2])
+def test_a_parquet_datetime_arrival_column_is_read_as_dates(tmp_path: Path, chunk_rows, zone) -> None:
+    """A parquet arrival column of real date-times (polars' `Datetime`) was refused as "not a number"; now
+    read as the Azure loader reads date text: seconds since the earliest stamp from integer nanoseconds
+    (exact to the nanosecond), `meta["start"]` the earliest (UTC), whole or in chunks; a zone's stamps at
+    their UTC instant."""
+    path = _datetime_parquet(tmp_path / "t.parquet", zone=zone)
+    assert isinstance(pl.read_parquet_schema(path)["TIMESTAMP"], pl.Datetime)
+    if chunk_rows is None:
+        got = load_table(path, columns=AZURE_COLUMNS)
+        assert got.meta["start"] == "2023-11-16 18:17:03.979960000"
+    else:
+        got = Workload.concat(iter_table(path, chunk_rows=chunk_rows, columns=AZURE_COLUMNS))
+    want = load_table(_azure(tmp_path / "t.csv"), columns=AZURE_COLUMNS)
+    assert got.arrival.tolist() == want.arrival.tolist() == [0.0, 0.12004, 1.0200401]
+    assert got.prompt_len.tolist() == want.prompt_len.tolist()
+    with pytest.raises(TimeUnitError, match="holds dates"):
+        load_table(path, columns=AZURE_COLUMNS, time_unit="ms")
+
+
+def test_a_missing_parquet_datetime_is_named_by_row(tmp_path: Path) -> None:
+    """A null date-time names its row (the line loop, the fast pass's stamps not taken); skipped, the
+    other rows keep their nanoseconds."""
+    rows = [AZURE_ROWS[0], (None, 5, 6), *AZURE_ROWS[1:]]
+    stamps = pl.Series("TIMESTAMP", [a for a, _, _ in rows]).str.to_datetime(
+        "%Y-%m-%d %H:%M:%S%.f", time_unit="ns"
+    )
+    path = tmp_path / "n.parquet"
+    pl.DataFrame(
+        [
+            stamps,
+            pl.Series("ContextTokens", [r[1] for r in rows]),
+            pl.Series("GeneratedTokens", [r[2] for r in rows]),
+        ]
+    ).write_parquet(path)
+    with pytest.raises(TraceFormatError) as info:
+        load_table(path, columns=AZURE_COLUMNS)
+    assert (info.value.line, info.value.field) == (2, "TIMESTAMP")
+    assert info.value.reason.startswith("no date and time (missing")
+    skipped = load_table(path, columns=AZURE_COLUMNS, on_error="skip")
+    assert skipped.meta["skipped_rows"] == 1
+    assert skipped.arrival.tolist() == [0.0, 0.12004, 1.0200401]
+
+
 def test_a_column_of_dates_and_numbers_is_refused_by_row(tmp_path: Path) -> None:
     dates_first = _azure(tmp_path / "d.csv", [AZURE_ROWS[0], ("12.5", 3, 4)])
     with pytest.raises(TraceFormatError) as info:

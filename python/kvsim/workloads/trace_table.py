@@ -37,6 +37,8 @@ from kvsim.workloads.traces import (
     _to_time,
     arrival_field,
     date_stamps,
+    datetime_ns,
+    datetime_row_ns,
     hash_fast,
     hash_row,
     hash_segments,
@@ -134,15 +136,23 @@ def _first_record(p: Path, fmt: str) -> dict[str, Any] | None:
 
 
 def arrival_dates(p: Path, fmt: str, column: str, frame: pl.DataFrame | None = None) -> bool:
-    """Whether a table's arrival column holds date text (the Azure traces' `2023-11-16 18:17:03.9799600`),
-    by its first row: then arrivals are seconds since the earliest stamp (`load_table`)."""
+    """Whether a table's arrival column holds dates: date text (the Azure traces' `2023-11-16
+    18:17:03.9799600`), by its first row, or date-times (a parquet file's `Datetime` column): then arrivals
+    are seconds since the earliest stamp (`load_table`)."""
     if frame is not None:
-        values = frame[column].drop_nulls() if column in frame.columns else None
-        return values is not None and values.dtype == pl.String and len(values) > 0 and is_date(values[0])
+        if column not in frame.columns:
+            return False
+        if isinstance(frame[column].dtype, pl.Datetime):
+            return True
+        values = frame[column].drop_nulls()
+        return values.dtype == pl.String and len(values) > 0 and is_date(values[0])
     if fmt == "parquet":
         lazy = pl.scan_parquet(p)
-        if column not in lazy.collect_schema().names():
+        schema = lazy.collect_schema()
+        if column not in schema.names():
             return False
+        if isinstance(schema[column], pl.Datetime):
+            return True
         values = lazy.select(column).head(1).collect()[column]
         return len(values) > 0 and is_date(values[0])
     first = _first_record(p, fmt)
@@ -204,6 +214,8 @@ def _read_columns(
                 cols["arrival"] = stamps
             return cols, 0
     lists: dict[str, list[Any]] = {k: [] for k in mapping}
+    # (a parquet file's date-times: their nanoseconds, read exactly, `datetime_ns`)
+    native = frame is not None and dates and isinstance(frame[mapping["arrival"]].dtype, pl.Datetime)
 
     def parse(record: Any) -> None:
         rec = _json_record(record)
@@ -211,7 +223,13 @@ def _read_columns(
         for ours, theirs in mapping.items():
             value = _get(rec, theirs)
             if ours == "arrival":
-                row[ours] = _azure_ns(value, theirs) if dates else _to_time(value, theirs) / divisor
+                row[ours] = (
+                    datetime_row_ns(value, theirs)
+                    if native
+                    else _azure_ns(value, theirs)
+                    if dates
+                    else _to_time(value, theirs) / divisor
+                )
             elif ours != "hash_ids":
                 row[ours] = _to_int(value, theirs, 0 if ours == "request_id" else 1)
         if "hash_ids" in mapping:
@@ -236,9 +254,11 @@ def _read_columns(
         else:
             assert frame is not None, "a parquet file is read whole or refused"
             names = list(mapping.values())
+            picked = frame.select(names)
+            if native:
+                picked = picked.with_columns(datetime_ns(picked[mapping["arrival"]]))
             records = (
-                (i, dict(zip(names, values, strict=True)))
-                for i, values in enumerate(frame.select(names).iter_rows(), 1)
+                (i, dict(zip(names, values, strict=True))) for i, values in enumerate(picked.iter_rows(), 1)
             )
         skipped = _line_loop(p, records, parse, on_error)
     hash_lists = lists.pop("hash_ids", None)

@@ -449,9 +449,30 @@ def _azure_fast(path: Path) -> tuple[np.ndarray, ...] | None:
     return ns, inp, out
 
 
+def datetime_ns(values: pl.Series) -> pl.Series:
+    """A column of date-times (a parquet file's `Datetime`) as integer nanoseconds since 1970 (Int64): one
+    in a time zone at its UTC instant, one without taken as UTC, as the Azure traces' text is; null where
+    missing or outside what nanoseconds since 1970 hold (1677-09-21 to 2262-04-11)."""
+    assert isinstance(values.dtype, pl.Datetime), values.dtype
+    return values.cast(pl.Datetime("ns", values.dtype.time_zone), strict=False).cast(pl.Int64)
+
+
+def datetime_row_ns(value: Any, field: str) -> int:
+    """One value of `datetime_ns` (the line loop's): its nanoseconds, or the row's error where null."""
+    if value is None:
+        raise _RowError(
+            field, "no date and time (missing, or outside 1677-09-21 to 2262-04-11, nanoseconds since 1970)"
+        )
+    return int(value)
+
+
 def date_stamps(stamps: pl.Series) -> np.ndarray | None:
-    """Integer nanoseconds since 1970 of a column of date text (`_azure_ns`'s rule, vectorised), or None
-    where a stamp is not of the documented shape (the line loop then reads or names it)."""
+    """Integer nanoseconds since 1970 of a column of date text (`_azure_ns`'s rule, vectorised) or of
+    date-times (`datetime_ns`), or None where a stamp is not of the documented shape or a date-time is
+    missing (the line loop then reads or names it)."""
+    if isinstance(stamps.dtype, pl.Datetime):
+        ns = datetime_ns(stamps)
+        return None if ns.null_count() else ns.to_numpy()
     if stamps.dtype != pl.String:
         return None
     try:
