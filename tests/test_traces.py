@@ -347,3 +347,49 @@ def test_booleans_and_time_typed_columns_are_refused_by_row_and_field(tmp_path):
         tmp_path / "ok.parquet"
     )
     assert load_table(tmp_path / "ok.parquet").arrival.tolist() == [0.0, 1.5]
+
+
+def test_one_suffix_map_reads_every_table_format(tmp_path: Path) -> None:
+    """`trace_table.TABLE_FORMATS` is the one suffix-to-format map: each suffix (any case) is a trace file
+    to `kvsim run` (`specs.is_trace_file`), and `load_table` and `read_length_pairs` read a file written
+    in its format under it."""
+    from kvsim.workloads.specs import is_trace_file
+    from kvsim.workloads.trace_table import TABLE_FORMATS, read_length_pairs
+
+    frame = pl.DataFrame({"arrival": [0.0, 1.5], "prompt_len": [3, 4], "output_len": [5, 6]})
+    assert set(TABLE_FORMATS.values()) == {"csv", "jsonl", "parquet"}
+    for suffix, fmt in TABLE_FORMATS.items():
+        for spelled in (suffix, suffix.upper()):
+            path = tmp_path / f"t{spelled}"
+            {"csv": frame.write_csv, "jsonl": frame.write_ndjson, "parquet": frame.write_parquet}[fmt](path)
+            assert is_trace_file(str(path)), spelled
+            w = load_table(path)
+            assert (w.meta["format"], w.prompt_len.tolist()) == (fmt, [3, 4]), spelled
+            prompts, outputs = read_length_pairs(path, "prompt_len", "output_len", ())
+            assert (prompts.tolist(), outputs.tolist()) == ([3, 4], [5, 6]), spelled
+    assert not is_trace_file(str(tmp_path / "t.tsv"))
+
+
+def test_the_table_loader_takes_the_trace_readers_by_public_names() -> None:
+    """`trace_table` reads `traces`' readers and checks through their public names (the seam the traces'
+    module docstring lists), none of its private ones."""
+    import ast
+
+    from kvsim.workloads import trace_table, traces
+
+    tree = ast.parse(Path(trace_table.__file__).read_text())
+    taken = [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "kvsim.workloads.traces"
+        for alias in node.names
+    ]
+    assert len(taken) > 10
+    assert [n for n in taken if n.startswith("_")] == []
+    assert all(f"`{n}`" in (traces.__doc__ or "") or n == "MOONCAKE_BLOCK" for n in taken), taken
+    attributes = [
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "traces"
+    ]
+    assert [a for a in attributes if a.startswith("_")] == []

@@ -33,9 +33,10 @@ import numpy as np
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.workloads.table import arrival_rate
+from kvsim.workloads.trace_table import TABLE_FORMATS
 
 TRACE_PARAMS = ("start", "stop", "time_scale", "request_rate")
-TRACE_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
+TRACE_SUFFIXES = tuple(TABLE_FORMATS)  # (the table loader's map: one place)
 # The parameters of `kvsim.workloads.synthetic` and the kind of value each takes.
 SYNTHETIC_PARAMS: dict[str, str] = {
     "arrival_rate": "positive",

@@ -124,8 +124,8 @@ def iter_mooncake(
     block_size: int = traces.MOONCAKE_BLOCK,
 ) -> Iterator[Workload]:
     """`load_mooncake(path, ...)` as chunks of at most `chunk_rows` lines (see the module)."""
-    traces._check_on_error(on_error)
-    p = traces._existing(path)
+    traces.check_on_error(on_error)
+    p = traces.existing_file(path)
     rows = _chunk_rows(chunk_rows)
     first = int_arg("first_request_id", first_request_id)
 
@@ -146,8 +146,8 @@ def iter_azure(
 ) -> Iterator[Workload]:
     """`load_azure(path, ...)` as chunks of at most `chunk_rows` lines (see the module). The file is
     read twice: a first pass finds its earliest stamp, the origin of every arrival."""
-    traces._check_on_error(on_error)
-    p = traces._existing(path)
+    traces.check_on_error(on_error)
+    p = traces.existing_file(path)
     rows = _chunk_rows(chunk_rows)
     first = int_arg("first_request_id", first_request_id)
     starts: list[int] = []
@@ -186,8 +186,8 @@ def iter_table(
     """`load_table(path, ...)` as chunks of at most `chunk_rows` lines or parquet rows (see the module). An
     arrival column of dates is read in two passes, as `iter_azure` reads: the first finds the earliest
     stamp, the second counts every chunk's arrivals from it."""
-    traces._check_on_error(on_error)
-    p = traces._existing(path)
+    traces.check_on_error(on_error)
+    p = traces.existing_file(path)
     fmt = trace_table._table_format(p, format)
     rows = _chunk_rows(chunk_rows)
     first = int_arg("first_request_id", first_request_id)

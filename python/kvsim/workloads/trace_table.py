@@ -1,7 +1,8 @@
 """The generic table loader: any csv, jsonl or parquet table of requests (`load_table`), and the length
 pairs of `synthetic(lengths="empirical" | "sharegpt-real")` (`read_length_pairs`), through the readers and
 checks of `kvsim.workloads.traces` (its module docstring: the fast columnar pass, the line loop that names
-the first bad row, `on_error`, the length rules).
+the first bad row, `on_error`, the length rules), which it takes by their public names only. A file's
+format by its suffix is `TABLE_FORMATS`, this module's, which `kvsim run` reads too.
 """
 
 from __future__ import annotations
@@ -21,31 +22,34 @@ from kvsim.model.units import fmt_count
 from kvsim.workloads.table import Workload
 from kvsim.workloads.traces import (
     MOONCAKE_BLOCK,
-    _azure_ns,
-    _check_on_error,
-    _csv_records,
-    _existing,
-    _first_ids,
-    _get,
-    _json_record,
-    _jsonl_records,
-    _line_loop,
-    _meta,
-    _open_text,
-    _require_rows,
-    _to_int,
-    _to_time,
     arrival_field,
+    azure_ns,
+    check_on_error,
+    csv_records,
     date_stamps,
     datetime_ns,
     datetime_row_ns,
+    existing_file,
+    first_ids,
+    get_field,
     hash_fast,
     hash_row,
     hash_segments,
     is_date,
+    json_record,
+    jsonl_records,
+    line_loop,
+    open_text,
+    require_rows,
     stamp_text,
+    to_int,
+    to_time,
+    trace_meta,
 )
 
+# A table file's format by its suffix (lower case): `load_table`'s, `read_length_pairs`' and
+# `kvsim run --workload path`'s (`specs.TRACE_SUFFIXES`) one map.
+TABLE_FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 _TIME_DIVISORS = {"s": 1.0, "ms": 1e3, "us": 1e6}
 _TABLE_FIELDS = ("arrival", "prompt_len", "output_len", "max_tokens", "num_samples", "request_id", "hash_ids")
 _OPTIONAL = _TABLE_FIELDS[3:]
@@ -54,10 +58,10 @@ _OPTIONAL = _TABLE_FIELDS[3:]
 def _table_format(p: Path, fmt: str | None) -> str:
     if fmt is None:
         suffix = p.suffix.lower()
-        fmt = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}.get(suffix)
+        fmt = TABLE_FORMATS.get(suffix)
         if fmt is None:
             raise InvalidArgumentError(f"cannot tell the format of {p} from {suffix!r}: pass format=")
-    if fmt not in ("csv", "jsonl", "parquet"):
+    if fmt not in TABLE_FORMATS.values():
         raise InvalidArgumentError(f"format {fmt!r} must be 'csv', 'jsonl' or 'parquet'")
     return fmt
 
@@ -105,8 +109,8 @@ def _read_frame(p: Path, fmt: str) -> pl.DataFrame | None:
         except pl.exceptions.PolarsError as exc:
             raise InvalidArgumentError(f"cannot read {p} as parquet: {exc}") from None
     if fmt == "csv":
-        with _open_text(p) as f:
-            _csv_records(p, f)  # an empty file, a header that is not UTF-8 or repeats a column: refused
+        with open_text(p) as f:
+            csv_records(p, f)  # an empty file, a header that is not UTF-8 or repeats a column: refused
     try:
         if fmt == "csv":
             return pl.read_csv(p, infer_schema_length=None)
@@ -120,8 +124,8 @@ def _file_columns(p: Path, fmt: str, frame: pl.DataFrame | None) -> list[str]:
     if frame is not None:
         return list(frame.columns)
     if fmt == "csv":
-        with _open_text(p) as f:
-            return _csv_records(p, f)[0]
+        with open_text(p) as f:
+            return csv_records(p, f)[0]
     return list(_first_record(p, fmt) or {})
 
 
@@ -129,9 +133,9 @@ def _first_record(p: Path, fmt: str) -> dict[str, Any] | None:
     """The first row of a csv or jsonl file that reads as one (a bad one is the line loop's to name)."""
     with contextlib.ExitStack() as stack:
         if fmt == "csv":
-            records = _csv_records(p, stack.enter_context(_open_text(p)))[1]
+            records = csv_records(p, stack.enter_context(open_text(p)))[1]
         else:
-            records = _jsonl_records(stack.enter_context(p.open("rb")))
+            records = jsonl_records(stack.enter_context(p.open("rb")))
         return next((r for _line, r in records if isinstance(r, dict)), None)
 
 
@@ -182,7 +186,7 @@ def _read_columns(
     dates: bool = False,
 ) -> tuple[dict[str, np.ndarray], int]:
     """Columns `ours -> the file's column` of a table as arrays (`arrival` as seconds, float64, or with
-    `dates` integer nanoseconds since 1970 of date text, `traces._azure_ns`' rule; every other one
+    `dates` integer nanoseconds since 1970 of date text, `traces.azure_ns`' rule; every other one
     int64: at least 1, `request_id` at least 0), and the rows skipped. A `hash_ids` column
     (`hash_row`'s rule, `block` tokens per id) becomes `hash_counts` (ids per row) and `hash_ids` (the
     flat ids, uint64). The frame's columns are checked vectorised; on anything off, the file is read row
@@ -218,29 +222,29 @@ def _read_columns(
     native = frame is not None and dates and isinstance(frame[mapping["arrival"]].dtype, pl.Datetime)
 
     def parse(record: Any) -> None:
-        rec = _json_record(record)
+        rec = json_record(record)
         row: dict[str, Any] = {}
         for ours, theirs in mapping.items():
-            value = _get(rec, theirs)
+            value = get_field(rec, theirs)
             if ours == "arrival":
                 row[ours] = (
                     datetime_row_ns(value, theirs)
                     if native
-                    else _azure_ns(value, theirs)
+                    else azure_ns(value, theirs)
                     if dates
-                    else _to_time(value, theirs) / divisor
+                    else to_time(value, theirs) / divisor
                 )
             elif ours != "hash_ids":
-                row[ours] = _to_int(value, theirs, 0 if ours == "request_id" else 1)
+                row[ours] = to_int(value, theirs, 0 if ours == "request_id" else 1)
         if "hash_ids" in mapping:
             theirs = mapping["hash_ids"]
-            row["hash_ids"] = hash_row(_get(rec, theirs), row["prompt_len"], block, theirs)
+            row["hash_ids"] = hash_row(get_field(rec, theirs), row["prompt_len"], block, theirs)
         for k, v in row.items():
             lists[k].append(v)
 
     with contextlib.ExitStack() as stack:
         if fmt == "csv":
-            header, records = _csv_records(p, stack.enter_context(_open_text(p)))
+            header, records = csv_records(p, stack.enter_context(open_text(p)))
             missing = [v for v in mapping.values() if v not in header]
             if missing:
                 raise TraceFormatError(
@@ -250,7 +254,7 @@ def _read_columns(
                     f"{fmt_count(len(missing), 'column')} missing ({missing}); header is {header}",
                 )
         elif fmt == "jsonl":
-            records = _jsonl_records(stack.enter_context(p.open("rb")))
+            records = jsonl_records(stack.enter_context(p.open("rb")))
         else:
             assert frame is not None, "a parquet file is read whole or refused"
             names = list(mapping.values())
@@ -260,7 +264,7 @@ def _read_columns(
             records = (
                 (i, dict(zip(names, values, strict=True))) for i, values in enumerate(picked.iter_rows(), 1)
             )
-        skipped = _line_loop(p, records, parse, on_error)
+        skipped = line_loop(p, records, parse, on_error)
     hash_lists = lists.pop("hash_ids", None)
     seconds = "arrival" if not dates else ""
     cols = {k: np.array(v, dtype=np.float64 if k == seconds else np.int64) for k, v in lists.items()}
@@ -281,7 +285,7 @@ def read_length_pairs(
         TraceFormatError: a bad value (file, row, field), a missing column, or no rows.
         InvalidArgumentError: no candidate pair matches, or an unreadable parquet file.
     """
-    fmt = {".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(path.suffix.lower(), "csv")
+    fmt = TABLE_FORMATS.get(path.suffix.lower(), "csv")
     frame = _read_frame(path, fmt)
     if prompt_column is None or output_column is None:
         columns = _file_columns(path, fmt, frame)
@@ -348,7 +352,7 @@ def load_table(
         first_request_id=first_request_id,
         block_size=block_size,
     )
-    return _require_rows(w, arrival_field(w))
+    return require_rows(w, arrival_field(w))
 
 
 def _load_table(
@@ -364,8 +368,8 @@ def _load_table(
     start_ns: int | None = None,
 ) -> Workload:
     """`load_table` that returns a workload of no rows (a chunk's piece may have none)."""
-    _check_on_error(on_error)
-    p = _existing(path)
+    check_on_error(on_error)
+    p = existing_file(path)
     fmt = _table_format(p, format)
     if not isinstance(time_unit, str) or time_unit not in _TIME_DIVISORS:
         raise TimeUnitError(f"time_unit {time_unit!r} must be one of {sorted(_TIME_DIVISORS)}")
@@ -404,11 +408,11 @@ def _load_table(
     n = len(cols["arrival"])
     request_id = cols.pop("request_id", None)
     if request_id is None:
-        request_id = _first_ids(first_request_id, n)
+        request_id = first_ids(first_request_id, n)
     offsets = seg_len = None
     if "hash_counts" in cols:
         offsets, seg_len = hash_segments(cols["prompt_len"], cols["hash_counts"], block_size)
-    meta = _meta(p, fmt, skipped, columns=mapping, time_unit=time_unit, unread_content=unread, **extra)
+    meta = trace_meta(p, fmt, skipped, columns=mapping, time_unit=time_unit, unread_content=unread, **extra)
     if "hash_ids" in mapping:
         meta["block_size"] = block_size
     return Workload(

@@ -15,6 +15,14 @@ reader (`read_length_pairs`), so what polars cannot parse is named by row and fi
 published traces contain none (Azure's smallest GeneratedTokens is 6 in the code trace and 7 in the
 conversation trace; Mooncake's smallest output_length is 1), so the default `on_error="raise"` loads
 every record of them. Request ids are `first_request_id + line order` (before sorting by arrival).
+
+The readers and checks the generic table loader (`kvsim.workloads.trace_table`) and the chunked readers
+(`trace_chunks`) share are this module's public names, their seam: the file and option checks
+(`existing_file`, `check_on_error`), the record readers (`open_text`, `csv_records`, `jsonl_records`,
+`json_record`, `get_field`), the field rules (`to_int`, `to_time`, `hash_row`, `hash_fast`,
+`hash_segments`), the dates (`is_date`, `azure_ns`, `date_stamps`, `datetime_ns`, `datetime_row_ns`,
+`stamp_text`), the line loop (`line_loop`) and what a loaded file says (`trace_meta`, `first_ids`,
+`require_rows`, `no_rows_error`, `arrival_field`); the rest is the loaders' own.
 """
 
 from __future__ import annotations
@@ -53,12 +61,12 @@ class _RowError(Exception):
         self.reason = reason
 
 
-def _check_on_error(on_error: str) -> None:
+def check_on_error(on_error: str) -> None:
     if not isinstance(on_error, str) or on_error not in ("raise", "skip"):
         raise InvalidArgumentError(f"on_error {on_error!r} must be 'raise' or 'skip'")
 
 
-def _existing(path: str | PathLike[str]) -> Path:
+def existing_file(path: str | PathLike[str]) -> Path:
     if not isinstance(path, str | PathLike):
         raise InvalidArgumentError(f"path {path!r} must be a str or os.PathLike")
     p = Path(path)
@@ -68,7 +76,7 @@ def _existing(path: str | PathLike[str]) -> Path:
     return p
 
 
-def _to_int(value: Any, field: str, minimum: int = 1) -> int:
+def to_int(value: Any, field: str, minimum: int = 1) -> int:
     """An integer field: JSON ints, integral floats and decimal strings; at least `minimum`, below 2**63
     (the columns are int64). A fractional count (`3.5`) is an error, never truncated."""
     if isinstance(value, bool) or value is None:
@@ -97,7 +105,7 @@ def _to_int(value: Any, field: str, minimum: int = 1) -> int:
     return value
 
 
-def _to_time(value: Any, field: str) -> float:
+def to_time(value: Any, field: str) -> float:
     """A time field: a finite number >= 0 (JSON number or decimal string)."""
     if isinstance(value, bool) or value is None:
         raise _RowError(field, f"{value!r} is not a number")
@@ -115,13 +123,13 @@ def _to_time(value: Any, field: str) -> float:
     return t
 
 
-def _get(record: Mapping[str, Any], field: str) -> Any:
+def get_field(record: Mapping[str, Any], field: str) -> Any:
     if field not in record:
         raise _RowError(field, "missing")
     return record[field]
 
 
-def _line_loop(
+def line_loop(
     path: Path, records: Iterator[tuple[int, Any]], parse: Callable[[Any], None], on_error: str
 ) -> int:
     """Feeds each `(line, record)` to `parse` (which appends to flat lists); returns lines skipped."""
@@ -136,7 +144,7 @@ def _line_loop(
     return skipped
 
 
-def _jsonl_records(f: IO[bytes]) -> Iterator[tuple[int, Any]]:
+def jsonl_records(f: IO[bytes]) -> Iterator[tuple[int, Any]]:
     """`(line, object)` for every non-blank line; a line that is not a JSON object yields the error."""
     for line, raw in enumerate(f, 1):
         text = raw.strip()
@@ -151,22 +159,22 @@ def _jsonl_records(f: IO[bytes]) -> Iterator[tuple[int, Any]]:
         yield line, obj if isinstance(obj, dict) else _RowError("json", "not a JSON object")
 
 
-def _json_record(record: Any) -> Mapping[str, Any]:
+def json_record(record: Any) -> Mapping[str, Any]:
     if isinstance(record, _RowError):
         raise record
     return record
 
 
-def _open_text(path: Path) -> IO[str]:
+def open_text(path: Path) -> IO[str]:
     """The file as text for `csv`: bytes that are not UTF-8 become lone surrogates (`surrogateescape`),
-    which `_csv_records` reports by line and field instead of a bare UnicodeDecodeError."""
+    which `csv_records` reports by line and field instead of a bare UnicodeDecodeError."""
     return path.open(newline="", encoding="utf-8", errors="surrogateescape")
 
 
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
-def _csv_records(path: Path, f: IO[str]) -> tuple[list[str], Iterator[tuple[int, Any]]]:
+def csv_records(path: Path, f: IO[str]) -> tuple[list[str], Iterator[tuple[int, Any]]]:
     """The header and `(line, row as dict of strings)` for every non-blank row of the open file `f`."""
     reader = csv.reader(f)
     try:
@@ -205,7 +213,7 @@ def _csv_records(path: Path, f: IO[str]) -> tuple[list[str], Iterator[tuple[int,
     return header, rows()
 
 
-def _meta(path: Path, fmt: str, skipped: int, **extra: Any) -> dict[str, Any]:
+def trace_meta(path: Path, fmt: str, skipped: int, **extra: Any) -> dict[str, Any]:
     return {"source": str(path), "format": fmt, "skipped_rows": skipped, **extra}
 
 
@@ -215,7 +223,7 @@ def no_rows_error(path: Path | str, field: str, skipped: int) -> TraceFormatErro
     return TraceFormatError(str(path), 1, field, reason)
 
 
-def _require_rows(w: Workload, field: str) -> Workload:
+def require_rows(w: Workload, field: str) -> Workload:
     if not len(w):
         raise no_rows_error(w.meta["source"], field, int(w.meta.get("skipped_rows", 0)))
     return w
@@ -231,7 +239,7 @@ def arrival_field(w: Workload) -> str:
     return str(w.meta.get("columns", {}).get("arrival", "arrival"))
 
 
-def _first_ids(first_request_id: int, n: int) -> np.ndarray:
+def first_ids(first_request_id: int, n: int) -> np.ndarray:
     first_request_id = int_arg("first_request_id", first_request_id)
     if first_request_id < 0 or first_request_id + n - 1 > MAX_REQUEST_ID:
         raise InvalidArgumentError(
@@ -285,7 +293,7 @@ def hash_row(hashes: Any, n_in: int, block: int, field: str) -> list[int]:
         raise _RowError(
             field, f"{len(hashes)} ids for a prompt of {n_in} tokens, expected ceil({n_in}/{block}) = {want}"
         )
-    return [_to_int(h, field, 0) for h in hashes]  # (each below 2**63, the output ids' range)
+    return [to_int(h, field, 0) for h in hashes]  # (each below 2**63, the output ids' range)
 
 
 def _mooncake_fast(path: Path, block: int) -> tuple[np.ndarray, ...] | None:
@@ -343,7 +351,7 @@ def load_mooncake(
         InvalidArgumentError: a missing file or a bad option.
     """
     w = _load_mooncake(path, on_error=on_error, first_request_id=first_request_id, block_size=block_size)
-    return _require_rows(w, "timestamp")
+    return require_rows(w, "timestamp")
 
 
 def _load_mooncake(
@@ -354,8 +362,8 @@ def _load_mooncake(
     block_size: int = MOONCAKE_BLOCK,
 ) -> Workload:
     """`load_mooncake` that returns a workload of no rows (a chunk's piece may have none)."""
-    _check_on_error(on_error)
-    p = _existing(path)
+    check_on_error(on_error)
+    p = existing_file(path)
     block_size = int_arg("block_size", block_size)
     if block_size < 1:
         raise InvalidArgumentError(f"block_size {block_size} must be at least 1")
@@ -371,11 +379,11 @@ def _load_mooncake(
         flat_l: list[int] = []
 
         def parse(record: Any) -> None:
-            rec = _json_record(record)
-            t = _to_time(_get(rec, "timestamp"), "timestamp")
-            n_in = _to_int(_get(rec, "input_length"), "input_length")
-            n_out = _to_int(_get(rec, "output_length"), "output_length")
-            ids = hash_row(_get(rec, "hash_ids"), n_in, block_size, "hash_ids")
+            rec = json_record(record)
+            t = to_time(get_field(rec, "timestamp"), "timestamp")
+            n_in = to_int(get_field(rec, "input_length"), "input_length")
+            n_out = to_int(get_field(rec, "output_length"), "output_length")
+            ids = hash_row(get_field(rec, "hash_ids"), n_in, block_size, "hash_ids")
             ts_l.append(t)
             in_l.append(n_in)
             out_l.append(n_out)
@@ -383,7 +391,7 @@ def _load_mooncake(
             flat_l.extend(ids)
 
         with p.open("rb") as f:
-            skipped = _line_loop(p, _jsonl_records(f), parse, on_error)
+            skipped = line_loop(p, jsonl_records(f), parse, on_error)
         ts = np.array(ts_l, dtype=np.float64)
         inp = np.array(in_l, dtype=np.int64)
         out = np.array(out_l, dtype=np.int64)
@@ -397,12 +405,12 @@ def _load_mooncake(
         "max_tokens": out.copy(),
         "num_samples": np.ones(len(inp), dtype=np.int64),
         "beam": np.zeros(len(inp), dtype=np.bool_),
-        "request_id": _first_ids(first_request_id, len(inp)),
+        "request_id": first_ids(first_request_id, len(inp)),
         "seg_offsets": offsets,
         "segment_id": flat,
         "segment_len": seg_len,
     }
-    return Workload._from_owned(cols, _meta(p, "mooncake", skipped, block_size=block_size))
+    return Workload._from_owned(cols, trace_meta(p, "mooncake", skipped, block_size=block_size))
 
 
 # ----------------------------------------------------------------------------------------------- Azure
@@ -413,7 +421,7 @@ def is_date(value: Any) -> bool:
     return isinstance(value, str) and _AZURE_TIME.match(value.strip()) is not None
 
 
-def _azure_ns(value: Any, field: str = "TIMESTAMP") -> int:
+def azure_ns(value: Any, field: str = "TIMESTAMP") -> int:
     """`2023-11-16 18:17:03.9799600` -> integer nanoseconds since 1970 (the clock is taken as UTC)."""
     m = _AZURE_TIME.match(value.strip()) if isinstance(value, str) else None
     if m is None:
@@ -467,7 +475,7 @@ def datetime_row_ns(value: Any, field: str) -> int:
 
 
 def date_stamps(stamps: pl.Series) -> np.ndarray | None:
-    """Integer nanoseconds since 1970 of a column of date text (`_azure_ns`'s rule, vectorised) or of
+    """Integer nanoseconds since 1970 of a column of date text (`azure_ns`'s rule, vectorised) or of
     date-times (`datetime_ns`), or None where a stamp is not of the documented shape or a date-time is
     missing (the line loop then reads or names it)."""
     if isinstance(stamps.dtype, pl.Datetime):
@@ -514,8 +522,8 @@ def load_azure(path: str | PathLike[str], *, on_error: str = "raise", first_requ
             line 1, field "TIMESTAMP").
         InvalidArgumentError: a missing file or a bad option.
     """
-    _check_on_error(on_error)
-    p = _existing(path)
+    check_on_error(on_error)
+    p = existing_file(path)
     ns, inp, out, skipped = _azure_columns(p, on_error)
     if not len(ns):
         raise no_rows_error(p, "TIMESTAMP", skipped)
@@ -533,20 +541,20 @@ def _azure_columns(p: Path, on_error: str) -> tuple[np.ndarray, np.ndarray, np.n
     out_l: list[int] = []
 
     def parse(record: Any) -> None:
-        rec = _json_record(record)
-        t = _azure_ns(_get(rec, "TIMESTAMP"))
-        n_in = _to_int(_get(rec, "ContextTokens"), "ContextTokens")
-        n_out = _to_int(_get(rec, "GeneratedTokens"), "GeneratedTokens")
+        rec = json_record(record)
+        t = azure_ns(get_field(rec, "TIMESTAMP"))
+        n_in = to_int(get_field(rec, "ContextTokens"), "ContextTokens")
+        n_out = to_int(get_field(rec, "GeneratedTokens"), "GeneratedTokens")
         ns_l.append(t)
         in_l.append(n_in)
         out_l.append(n_out)
 
-    with _open_text(p) as f:
-        header, records = _csv_records(p, f)
+    with open_text(p) as f:
+        header, records = csv_records(p, f)
         for col in _AZURE_COLUMNS:
             if col not in header:
                 raise TraceFormatError(str(p), 1, "header", f"column {col!r} missing; header is {header}")
-        skipped = _line_loop(p, records, parse, on_error)
+        skipped = line_loop(p, records, parse, on_error)
     return (
         np.array(ns_l, dtype=np.int64),
         np.array(in_l, dtype=np.int64),
@@ -571,6 +579,6 @@ def _azure_workload(
         arrival=arrival,
         prompt_len=inp,
         output_len=out,
-        request_id=_first_ids(first_request_id, len(inp)),
-        meta=_meta(p, "azure-2023", skipped, start=start_text),
+        request_id=first_ids(first_request_id, len(inp)),
+        meta=trace_meta(p, "azure-2023", skipped, start=start_text),
     )
