@@ -48,6 +48,7 @@ def _refuse_modelless_knobs(
         "enforce_eager",
         "language_model_only",
         "cudagraph_memory_bytes",
+        "cudagraph_capture_grid",
         "activation_reserve_bytes",
         "prefix_cache_retention_interval",
     ):

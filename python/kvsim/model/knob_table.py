@@ -15,6 +15,7 @@ from typing import Any
 from kvsim.model.gpus import BATCH_RULES
 from kvsim.model.layers import GDN_PREFILL_BACKENDS, MAX_TOKENS
 from kvsim.model.measured import SIZINGS
+from kvsim.model.memory import CAPTURE_GRIDS
 from kvsim.model.quant import QUANTIZATION_CHOICES
 
 POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
@@ -619,6 +620,15 @@ KNOBS: dict[str, Knob] = {
         optional=True,
         unit="bytes",
         metavar="SIZE",
+    ),
+    "cudagraph_capture_grid": Knob(
+        "shared",
+        "choice",
+        "the sizes vLLM captures CUDA graphs at by default, which the CUDA-graph estimate counts: shared (vLLM "
+        "0.33.0: one list of token counts up to 512, 1024 on B200/B300 and for gpt-oss) or split (vLLM "
+        "0.34.0: prefill token counts and decode request counts apart, B200/B300's wide grids up to 8192 "
+        "tokens and 1024 requests)",
+        choices=CAPTURE_GRIDS,
     ),
     "activation_reserve_bytes": Knob(
         None,

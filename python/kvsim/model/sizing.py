@@ -154,6 +154,7 @@ def size_pool(
     enforce_eager: bool = False,
     language_model_only: bool = False,
     cudagraph_memory_bytes: int | None = None,
+    cudagraph_capture_grid: str = "shared",
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
     null_block: str = "within",
@@ -283,6 +284,7 @@ def size_pool(
             cudagraph_memory_bytes=cudagraph_memory_bytes,
             blackwell=datacenter_blackwell(g.arch),
             peer_link=g.peer_bandwidth > 0,
+            cudagraph_grid=cudagraph_capture_grid,
         )
         if num_blocks is not None:
             budget = math.floor(g.memory_bytes * gpu_memory_utilization)
