@@ -49,6 +49,7 @@ def _refuse_modelless_knobs(
         "language_model_only",
         "cudagraph_memory_bytes",
         "cudagraph_capture_grid",
+        "sparse_mla_shard_q",
         "activation_reserve_bytes",
         "prefix_cache_retention_interval",
     ):

@@ -397,6 +397,63 @@ def topk_indices_bytes(model: Any, max_num_batched_tokens: int, tp: int) -> int:
     return 0
 
 
+# ShardQ (vLLM 0.34.0, `AttentionConfig.sparse_mla_shard_q`, True by default; `v1/attention/ops/shardq.py`): under
+# tensor parallelism a sparse MLA layer's prefill is split over the TP ranks by token, through exchange buffers
+# `allocate_shardq_buffers` allocates once, in symmetric memory, as the model is built. FlashMLA's sparse
+# backend takes it only on its quantized (`fp8_ds_mla`) path below 32 heads a GPU
+# (`flashmla_sparse.py` `MIN_HEADS_FOR_BF16_PREFILL`); on 10.x a bf16 cache goes to FlashAttention 4's sparse
+# backend (a FlashInfer subclass) at up to 16 heads a GPU, else FlashMLA's (`platforms/cuda.py`).
+SHARDQ_FLASHMLA_HEADS = 32
+SHARDQ_FA4_HEADS = 16
+SHARDQ_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
+
+
+def shardq_bytes(
+    model: Any,
+    arch: str | None,
+    kv_dtype: str | None,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+) -> int:
+    """ShardQ's exchange buffers on one GPU, as vLLM 0.34.0 allocates them for DeepSeek-V3.2 and GLM-5
+    (`shardq_eligible`: `models/deepseek_v32/attention.py`) at `tp` > 1 on CUDA, where the sparse MLA backend
+    it picks takes ShardQ (`SparseMLACommonImpl.use_shardq`, `sparse_mla_attention.py`: `supports_shardq`,
+    no context parallelism, no FULL graphs for mixed batches, none of which kvsim models):
+
+    - compute capability 10.x: an fp8 cache on FlashInfer's sparse backend (`kv_dtype` fp8, which
+      `dsa_kv_dtype` leaves there for it; the query then in fp8, `supports_quant_query_input`), `fp8_ds_mla`
+      on FlashMLA's below 32 heads a GPU, a 16-bit cache at up to 16 heads a GPU (FlashAttention 4's);
+    - 9.x: `fp8_ds_mla` on FlashMLA's below 32 heads a GPU (a 16-bit cache runs on FlashAttention's sparse
+      backend, which does not take it);
+    - none on 12.x (FlashInfer's SM120 backend does not) and ROCm.
+
+    The buffers (`allocate_shardq_buffers`, `ShardQWorkspace`, one ubatch): q, `(ceil(max_num_batched_tokens
+    / tp) + 2 · max_num_seqs) × heads × (kv_lora_rank + qk_rope_head_dim)` values (heads: the model's, a
+    GPU's share times tp), 1 byte in fp8 else 2; out, `max_num_batched_tokens × heads a GPU × kv_lora_rank`
+    16-bit values. `kv_dtype` is the cache's as `resolve` gives it (None or auto: the model's). 0 where
+    none is allocated."""
+    if tp < 2 or model.config_fields.get("model_type") not in SHARDQ_TYPES or not model.is_mla:
+        return 0
+    major = _sm_major(arch)
+    if is_rocm(arch) or major not in (9, 10):
+        return 0
+    heads = model.num_attention_heads // tp
+    dtype = model.kv_dtype if kv_dtype in (None, "auto") else str(kv_dtype)
+    fp8_query = False
+    if dtype == FP8_DS_MLA:
+        takes = heads < SHARDQ_FLASHMLA_HEADS
+    elif dtype.startswith("fp8"):
+        takes = fp8_query = major == 10
+    else:
+        takes = major == 10 and heads <= SHARDQ_FA4_HEADS
+    if not takes:
+        return 0
+    local = -(-max_num_batched_tokens // tp) + 2 * max_num_seqs
+    q = local * heads * tp * (model.kv_lora_rank + model.qk_rope_head_dim) * (1 if fp8_query else 2)
+    return q + max_num_batched_tokens * heads * model.kv_lora_rank * 2
+
+
 __all__ = [
     "DSA_CUDA_BLOCK",
     "FP8_DS_MLA",
@@ -412,5 +469,6 @@ __all__ = [
     "minimax_m3_sparse",
     "mla_entry_bits",
     "resolve",
+    "shardq_bytes",
     "topk_indices_bytes",
 ]

@@ -630,6 +630,13 @@ KNOBS: dict[str, Knob] = {
         "tokens and 1024 requests)",
         choices=CAPTURE_GRIDS,
     ),
+    "sparse_mla_shard_q": Knob(
+        False,
+        "bool",
+        "vLLM 0.34.0's ShardQ (its attention config's sparse_mla_shard_q, on by default there): DeepSeek-V3.2 "
+        "and GLM-5 under tensor parallelism keep its exchange buffers where their sparse MLA backend takes it; "
+        "off: vLLM 0.33.0, which has none",
+    ),
     "activation_reserve_bytes": Knob(
         None,
         "bytes",

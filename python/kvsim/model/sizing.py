@@ -155,6 +155,7 @@ def size_pool(
     language_model_only: bool = False,
     cudagraph_memory_bytes: int | None = None,
     cudagraph_capture_grid: str = "shared",
+    sparse_mla_shard_q: bool = False,
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
     null_block: str = "within",
@@ -227,6 +228,8 @@ def size_pool(
         )
         # The sparse-attention models' top-k index buffer, built with the model
         pad += dsa.topk_indices_bytes(base, max_num_batched_tokens, tp)
+        if sparse_mla_shard_q:  # (vLLM 0.34.0's ShardQ exchange buffers, built with the model)
+            pad += dsa.shardq_bytes(base, g.arch, kv_cache_dtype, tp, max_num_batched_tokens, max_num_seqs)
         if pad:
             m = dataclasses.replace(m, weight_bytes=m.param_bytes + pad)
             gpu_weights = m.param_bytes
