@@ -178,7 +178,89 @@ def dsa_block_size(
 # (`minimax_m3`, MiniMaxAI/MiniMax-M3), the multimodal wrapper vLLM registers (`minimax_m3_vl`,
 # `vllm/transformers_utils/config.py`; NVIDIA's MiniMax-M3-NVFP4) and that wrapper's text config
 # (`minimax_m3_text`, `vllm/transformers_utils/configs/minimax_m3.py` MiniMaxM3TextConfig).
-MINIMAX_M3_TYPES = frozenset({"minimax_m3", "minimax_m3_vl", "minimax_m3_text"})
+# vLLM 0.34.0 reads it through transformers' `MiniMaxM3VLTextConfig` (`transformers_utils/configs/minimax_m3.py`;
+# transformers 5.x `models/minimax_m3_vl/configuration_minimax_m3_vl.py`), model_type `minimax_m3_vl_text`.
+MINIMAX_M3_TYPES = frozenset({"minimax_m3", "minimax_m3_vl", "minimax_m3_text", "minimax_m3_vl_text"})
+# transformers' flat indexer fields, each with the legacy `sparse_attention_config` key that overrides it and its
+# class default (`MiniMaxM3VLTextConfig.__post_init__`).
+MINIMAX_M3_FLAT_INDEX = {
+    "index_n_heads": ("sparse_num_index_heads", 4),
+    "index_head_dim": ("sparse_index_dim", 128),
+    "index_block_size": ("sparse_block_size", 128),
+    "index_topk_blocks": ("sparse_topk_blocks", 16),
+    "index_local_blocks": ("sparse_local_block", 1),
+}
+_M3_LAYER_TYPES = {
+    "layer_types": ("minimax_m3_sparse", "full_attention"),
+    "mlp_layer_types": ("sparse", "dense"),
+}
+
+
+def minimax_m3_schema(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """A MiniMax-M3 config in transformers 5's schema (`MiniMaxM3VLTextConfig`: `layer_types`,
+    `mlp_layer_types`, the flat `index_*` fields, model_type `minimax_m3_vl_text`) turned into the legacy
+    fields kvsim reads (`sparse_attention_config`, `moe_layer_freq`) as transformers' `__post_init__` resolves
+    the two: `layer_types` and `mlp_layer_types` win over `sparse_attention_freq` and `moe_layer_freq`, which
+    give them only where they are absent, and where neither is given every layer is full attention and every
+    MLP a MoE block; a legacy `sparse_attention_config` index key wins over its flat field, which takes the
+    class default where both are absent. The legacy fields vLLM 0.34.0 no longer reads (`sparse_score_type`,
+    `sparse_init_block`, `sparse_disable_index_value`: every sparse layer builds no index value) are dropped.
+    A config with none of the new fields is returned as it is (vLLM 0.33.0's reading).
+
+    Raises:
+        InvalidArgumentError: a `layer_types` or `mlp_layer_types` that is not a list of the
+            `num_hidden_layers` layers' kinds (transformers' `validate_layer_type` refuses another length),
+            a kind other than the two vLLM's MiniMax-M3 tells apart (`minimax_m3_sparse` / `full_attention`,
+            `sparse` / `dense`), a `sparse_attention_config` that is not an object.
+    """
+    new = cfg.get("model_type") == "minimax_m3_vl_text" or any(
+        cfg.get(k) is not None for k in (*_M3_LAYER_TYPES, *MINIMAX_M3_FLAT_INDEX)
+    )
+    count: Any = cfg.get("num_hidden_layers")
+    if not new or not whole_at_least(count, 1):  # (no layer count: the reader refuses it by name)
+        return cfg
+    n = int(count)
+    legacy = cfg.get("sparse_attention_config")
+    if legacy is not None and not isinstance(legacy, Mapping):
+        raise InvalidArgumentError(
+            f"model {where}: field 'sparse_attention_config' {legacy!r} must be an object"
+        )
+    legacy = dict(legacy or {})
+    derived = {
+        "layer_types": (legacy.get("sparse_attention_freq"), "sparse_attention_config.sparse_attention_freq"),
+        "mlp_layer_types": (cfg.get("moe_layer_freq"), "moe_layer_freq"),
+    }
+    kinds: dict[str, list[bool]] = {}
+    for key, (yes, no) in _M3_LAYER_TYPES.items():
+        given = cfg.get(key)
+        if given is None:
+            freq, name = derived[key]
+            if freq is None:  # (transformers' default: every layer full attention; every MLP a MoE block)
+                kinds[key] = [key == "mlp_layer_types"] * n
+                continue
+            if not isinstance(freq, list) or len(freq) != n:
+                raise InvalidArgumentError(f"model {where}: field {name!r} {freq!r} must list the {n} layers")
+            kinds[key] = [bool(f) for f in freq]
+            continue
+        if not isinstance(given, list) or len(given) != n or not all(t in (yes, no) for t in given):
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} must list the {n} layers (num_hidden_layers), each {yes!r} or "
+                f"{no!r} (transformers' MiniMaxM3VLTextConfig checks the length; vLLM 0.34.0's MiniMax-M3 tells "
+                "only these apart)"
+            )
+        kinds[key] = [t == yes for t in given]
+    sparse = {
+        legacy_key: legacy.get(legacy_key, cfg.get(flat, default))
+        for flat, (legacy_key, default) in MINIMAX_M3_FLAT_INDEX.items()
+    }
+    sparse["sparse_attention_freq"] = [int(k) for k in kinds["layer_types"]]
+    sparse["sparse_disable_index_value"] = [1] * n
+    out = {k: v for k, v in cfg.items() if k not in (*_M3_LAYER_TYPES, *MINIMAX_M3_FLAT_INDEX)}
+    out["sparse_attention_config"] = sparse
+    out["moe_layer_freq"] = [int(k) for k in kinds["mlp_layer_types"]]
+    return out
+
+
 # The block of its sparse layers' kernels: one sparse block is one KV page (`SPARSE_BLOCK_SIZE` 128 in
 # `common/ops/sparse_attn.py` and `common/ops/index_topk.py`), the only kernel block size its attention and
 # indexer backends take (`MiniMaxM3SparseBackend`, `common/sparse_attention.py`, and `MiniMaxM3IndexerBackend`,
@@ -243,8 +325,9 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
     if not isinstance(sparse, Mapping):
         raise InvalidArgumentError(
             f"model {where}: MiniMax-M3 without a 'sparse_attention_config' object: vLLM 0.33.0's "
-            "MiniMaxM3TextConfig would put the preview checkpoint's in its place (57 sparse layers), which kvsim "
-            "does not guess; give the field"
+            "MiniMaxM3TextConfig would put the preview checkpoint's in its place (57 sparse layers) and vLLM "
+            "0.34.0's (transformers' MiniMaxM3VLTextConfig) makes every layer full attention, which kvsim does not "
+            "guess; give the field (or transformers 5's 'layer_types')"
         )
     freq = sparse.get("sparse_attention_freq")
     if freq is None:
@@ -459,6 +542,7 @@ __all__ = [
     "FP8_DS_MLA",
     "FP8_DS_MLA_BYTES",
     "MINIMAX_M3_BLOCK",
+    "MINIMAX_M3_FLAT_INDEX",
     "MINIMAX_M3_TYPES",
     "MiniMaxM3Sparse",
     "dsa_block_size",
@@ -466,6 +550,7 @@ __all__ = [
     "dsa_kv_dtype",
     "index_key_bytes",
     "minimax_m3_block_size",
+    "minimax_m3_schema",
     "minimax_m3_sparse",
     "mla_entry_bits",
     "resolve",
