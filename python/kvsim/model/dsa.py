@@ -456,7 +456,8 @@ def resolve(
 
 def topk_indices_bytes(model: Any, max_num_batched_tokens: int, tp: int) -> int:
     """The top-k index buffer a sparse-attention model allocates as vLLM 0.33.0 builds it, so in "Model
-    loading took" (v1/worker/gpu_model_runner.py line 5076 reads the memory the model's construction and
+    loading took" (0.33.0's v1/worker/gpu_model_runner.py line 5076, 0.34.0's v1/worker/gpu/model_runner.py
+    `load_model`, read the memory the model's construction and
     loading kept): one int32 per `index_topk` key of each of `max_num_batched_tokens` tokens, shared by every
     indexer layer, whole on every GPU: DeepSeek-V3.2 and GLM-5 (`models/deepseek_v32/nvidia/model.py` lines
     192-197; `amd/model.py` lines 148-153), DeepSeek-V4 (`models/deepseek_v4/nvidia/model.py` lines 848-852);

@@ -52,7 +52,7 @@ from kvsim.model.measured import measure
 from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
 from kvsim.model.models import Model, model_label, with_quantization
 from kvsim.model.models import resolve as resolve_model
-from kvsim.model.mxfp4_padding import mxfp4_layout_bytes, mxfp4_padding_bytes
+from kvsim.model.mxfp4_padding import check_mxfp4_arch, mxfp4_layout_bytes, mxfp4_padding_bytes
 from kvsim.model.pool_sizing import PoolSizing
 from kvsim.model.quant import min_capability
 from kvsim.model.shard import resolve, shard
@@ -211,6 +211,7 @@ def size_pool(
     tp = tensor_parallel_size
     if m is not None and base is not None and g is not None:
         check_capability(base, g)
+        check_mxfp4_arch(base, g.arch)
         pad = mxfp4_padding_bytes(
             base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
         )
