@@ -624,18 +624,16 @@ KNOBS: dict[str, Knob] = {
     "cudagraph_capture_grid": Knob(
         "shared",
         "choice",
-        "the sizes vLLM captures CUDA graphs at by default, which the CUDA-graph estimate counts: shared (vLLM "
-        "0.33.0: one list of token counts up to 512, 1024 on B200/B300 and for gpt-oss) or split (vLLM "
-        "0.34.0: prefill token counts and decode request counts apart, B200/B300's wide grids up to 8192 "
-        "tokens and 1024 requests)",
+        "the CUDA graphs the estimate counts: shared (vLLM 0.33.0: one list of token counts up to 512, 1024 "
+        "on B200/B300 and for gpt-oss) or split (vLLM 0.34.0: prefill tokens and decode requests apart, "
+        "on B200/B300 up to 8192 tokens and max_num_seqs requests)",
         choices=CAPTURE_GRIDS,
     ),
     "sparse_mla_shard_q": Knob(
         False,
         "bool",
-        "vLLM 0.34.0's ShardQ (its attention config's sparse_mla_shard_q, on by default there): DeepSeek-V3.2 "
-        "and GLM-5 under tensor parallelism keep its exchange buffers where their sparse MLA backend takes it; "
-        "off: vLLM 0.33.0, which has none",
+        "vLLM 0.34.0's ShardQ buffers (sparse_mla_shard_q): DeepSeek-V3.2 and GLM-5 under tensor parallelism, "
+        "where their sparse MLA backend takes it; off: vLLM 0.33.0, which has none",
     ),
     "activation_reserve_bytes": Knob(
         None,
