@@ -307,6 +307,7 @@ def test_the_knobs_run_where_they_are_read(capsys):
         ["--kv-offloading-chunks", "1000", "--kv-offloading-eviction-policy", "arc"],
         ["--preemption-mode", "swap", "--cpu-blocks", "100", "--swap-ps-per-block", "5ms"],
         ["--preset", "vllm-0.19"],  # (its gpu_memory_utilization 0.9 is the preset's, not the user's)
+        ["--preset", "vllm-0.34"],  # (its cudagraph_capture_grid and sparse_mla_shard_q are the preset's)
     ):
         assert main(["run", "--num-gpu-blocks-override", "500", "--requests", "10", *argv]) == 0, argv
     capsys.readouterr()
@@ -338,6 +339,22 @@ LLAMA_ON_H100 = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requ
             ["--max-model-len", "4096", "--allow-long-max-model-len"],
             "--allow-long-max-model-len: the flag does nothing here: it lets a max_model_len longer than "
             "model llama-3.1-8b's context of 131,072 through, and 4,096 is not longer",
+        ),
+        # vLLM 0.34.0's CUDA-graph sizes and ShardQ, where they are not read.
+        (
+            ["--sparse-mla-shard-q"],
+            "--sparse-mla-shard-q: the flag does nothing here: vLLM 0.34.0 keeps ShardQ's buffers only for "
+            "DeepSeek-V3.2 and GLM-5",
+        ),
+        (
+            ["--cudagraph-capture-grid", "split", "--enforce-eager"],
+            "--cudagraph-capture-grid: 'split' does nothing here: it picks the CUDA graphs kvsim's estimate "
+            "counts, and --enforce-eager captures no graphs",
+        ),
+        (
+            ["--cudagraph-capture-grid", "split", "--cudagraph-memory-bytes", "1GiB"],
+            "--cudagraph-capture-grid: 'split' does nothing here: it picks the CUDA graphs kvsim's estimate "
+            "counts, and --cudagraph-memory-bytes gives the graphs' memory",
         ),
     ],
 )
@@ -857,3 +874,12 @@ def test_a_block_size_no_gpu_backend_takes_is_noted_with_a_model_on_a_gpu(capsys
     out = capsys.readouterr().out
     assert f"note: block size 8: {said}" in out
     assert "prefill replicas' block size" not in out
+
+
+def test_the_0_34_sizing_knobs_run_where_they_are_read(capsys):
+    """--cudagraph-capture-grid on a pool sized from a GPU and --sparse-mla-shard-q on DeepSeek-V3.2 at tp 8 on
+    a B200 (ShardQ on its FlashAttention 4 sparse backend) change the pool, so they run."""
+    assert main([*LLAMA_ON_H100, "--cudagraph-capture-grid", "split"]) == 0
+    argv = ["run", "--model", "deepseek-v3.2", "--gpu", "b200", "-tp", "8", "--requests", "3"]
+    assert main([*argv, "--sparse-mla-shard-q"]) == 0
+    capsys.readouterr()

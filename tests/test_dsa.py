@@ -563,3 +563,50 @@ def test_fp8_ds_mla_is_sparse_mlas_only():
         models.get("deepseek-v3").with_kv_dtype("fp8_ds_mla")
     with pytest.raises(InvalidArgumentError, match="not a weight dtype"):
         models.get("deepseek-v3.2").with_weight_dtype("fp8_ds_mla")
+
+
+def test_shardq_exchange_buffers_under_vllm_0_34():
+    """vLLM 0.34.0's ShardQ buffers (`allocate_shardq_buffers`), worked by hand for DeepSeek-V3.2 (128 heads,
+    a 512 + 64 latent) and GLM-5 (64 heads). On a B200 at tp 8 (16,384 tokens, 1,024 seqs; a bf16 cache on
+    FlashAttention 4's sparse backend, 16 heads a GPU): q (2,048 + 2 x 1,024) x 128 x 576 x 2 B = 603,979,776,
+    out 16,384 x 16 x 512 x 2 B = 268,435,456: 872,415,232 B (832 MiB). An fp8 cache there (FlashInfer's, an
+    fp8 query): q 301,989,888, 570,425,344 B. An H200 (8,192 tokens): fp8 is FlashMLA's fp8_ds_mla (16 < 32
+    heads, a bf16 query): q (1,024 + 2,048) x 128 x 576 x 2 = 452,984,832, out 8,192 x 16 x 512 x 2 =
+    134,217,728: 587,202,560 B; its default bf16 cache runs on FlashAttention's sparse backend: none."""
+    from kvsim.model.dsa import shardq_bytes
+
+    m = models.get("deepseek-v3.2")
+    assert shardq_bytes(m, "sm_100", None, 8, 16384, 1024) == 872_415_232
+    assert shardq_bytes(m, "sm_100", "fp8", 8, 16384, 1024) == 570_425_344
+    assert shardq_bytes(m, "sm_90", "fp8_ds_mla", 8, 8192, 1024) == 587_202_560
+    assert shardq_bytes(m, "sm_90", None, 8, 8192, 1024) == 0
+    # None at tp 1, on 12.x (FlashInfer's SM120 backend), on ROCm; at tp 4 a bf16 cache on 10.x goes to
+    # FlashMLA's sparse backend (32 heads a GPU), which takes ShardQ only on fp8_ds_mla below 32 heads.
+    assert shardq_bytes(m, "sm_100", None, 1, 16384, 1024) == 0
+    assert shardq_bytes(m, "sm_120", "fp8_ds_mla", 8, 16384, 1024) == 0
+    assert shardq_bytes(m, "gfx950", None, 8, 16384, 1024) == 0
+    assert shardq_bytes(m, "sm_100", None, 4, 16384, 1024) == 0
+    assert shardq_bytes(m, "sm_100", "fp8_ds_mla", 4, 16384, 1024) == 0
+    # GLM-5 at tp 8 on a B200: fp8 on FlashInfer's (qk_nope_head_dim 192), an fp8 query: (2,048 + 2,048) x 64
+    # x 576 x 1 = 150,994,944, out 16,384 x 8 x 512 x 2 = 134,217,728: 285,212,672 B.
+    assert shardq_bytes(models.get("glm-5"), "sm_100", "fp8", 8, 16384, 1024) == 285_212_672
+    # Not a ShardQ model: DeepSeek-V3 (MLA without an indexer).
+    assert shardq_bytes(models.from_hf_config(HF / "deepseek-v3.json"), "sm_100", None, 8, 16384, 1024) == 0
+
+
+def test_the_vllm_0_34_preset_loads_the_shardq_buffers():
+    """`sparse_mla_shard_q`: off by default (vLLM 0.33.0 has no ShardQ), on in the `vllm-0.34` preset, where
+    DeepSeek-V3.2 at tp 8 on a B200 loads 832 MiB more a GPU and keeps fewer blocks."""
+    assert not kvsim.SimConfig(num_blocks=10).sparse_mla_shard_q
+    on = kvsim.SimConfig.preset("vllm-0.34", model="deepseek-v3.2", gpu="b200", tensor_parallel_size=8)
+    off = kvsim.SimConfig.preset(
+        "vllm-0.34", model="deepseek-v3.2", gpu="b200", tensor_parallel_size=8, sparse_mla_shard_q=False
+    )
+    assert on.sparse_mla_shard_q
+    assert on.pool.weight_bytes - off.pool.weight_bytes == 872_415_232
+    assert on.pool.num_blocks < off.pool.num_blocks
+    default = kvsim.SimConfig(model="deepseek-v3.2", gpu="b200", tensor_parallel_size=8)
+    shard_q = kvsim.SimConfig(
+        model="deepseek-v3.2", gpu="b200", tensor_parallel_size=8, sparse_mla_shard_q=True
+    )
+    assert shard_q.pool.weight_bytes - default.pool.weight_bytes == 872_415_232

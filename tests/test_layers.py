@@ -442,6 +442,14 @@ def _kimi(**lac: object) -> dict[str, object]:
             _kimi(gate_lower_bound=-5.0),
             "'linear_attn_config.gate_lower_bound' -5.0 is not modelled: a bounded KDA gate",
         ),
+        # Kimi-K3.1's DeepSeek sparse attention (vLLM 0.34.0's `dsa_config`) was read past: the model was
+        # sized as Kimi-K3, without its index key cache, top-k buffer and indexer weights.
+        (
+            "kimi-k3",
+            (),
+            {"dsa_config": {"dsa_layers": [4, 8, 12], "index_topk": 2048}},
+            "field 'dsa_config' (Kimi-K3.1's DeepSeek sparse attention, vLLM 0.34.0) is not modelled",
+        ),
         # Qwen3-Next's state fields under another model type without layer_types: every layer ran as full
         # attention, the fields unread.
         (

@@ -161,8 +161,9 @@ def test_no_sparse_config_is_refused_and_other_fields_still_are():
         _model(cfg)
     with pytest.raises(InvalidArgumentError, match=r"'index_topk'"):
         _model({**_cfg(), "index_topk": 2048})
-    with pytest.raises(InvalidArgumentError, match=r"'layer_types'"):
-        _model({**_cfg(), "layer_types": ["full_attention"] * 60})
+    # (a 'layer_types' is transformers 5's schema, read as vLLM 0.34.0 reads it: test_transformers_5_schema)
+    with pytest.raises(InvalidArgumentError, match=r"'layer_types' must list the 60 layers"):
+        _model({**_cfg(), "layer_types": ["sliding_attention"] * 60})
     with pytest.raises(InvalidArgumentError, match=r"'sliding_window'"):
         _model({**_cfg(), "sliding_window": 4096})
     # No KV heads: MiniMaxM3TextConfig's default (4) is not guessed (the message named "the None KV heads")
@@ -229,3 +230,94 @@ def test_a_malformed_sparse_config_on_another_model_type_is_refused_by_name(freq
     cfg["sparse_attention_config"] = {"sparse_attention_freq": freq}
     with pytest.raises(InvalidArgumentError, match="'sparse_attention_config'"):
         hf_config._from_dict(cfg, "m2", "m2", "m2", None)
+
+
+def _transformers_5(cfg: dict) -> dict:
+    """`cfg` as transformers 5's `MiniMaxM3VLTextConfig` saves it: `layer_types`, `mlp_layer_types` and the
+    flat `index_*` fields in place of `sparse_attention_config` and `moe_layer_freq`."""
+    out = {k: v for k, v in cfg.items() if k not in ("sparse_attention_config", "moe_layer_freq")}
+    sparse = cfg["sparse_attention_config"]
+    out["model_type"] = "minimax_m3_vl_text"
+    out["layer_types"] = [
+        "minimax_m3_sparse" if f else "full_attention" for f in sparse["sparse_attention_freq"]
+    ]
+    out["mlp_layer_types"] = ["sparse" if f else "dense" for f in cfg["moe_layer_freq"]]
+    out["index_n_heads"] = sparse["sparse_num_index_heads"]
+    out["index_head_dim"] = sparse["sparse_index_dim"]
+    out["index_block_size"] = sparse["sparse_block_size"]
+    out["index_topk_blocks"] = sparse["sparse_topk_blocks"]
+    out["index_local_blocks"] = sparse.get("sparse_local_block", 1)
+    return out
+
+
+def test_transformers_5_schema_reads_as_the_legacy_one():
+    """vLLM 0.34.0 reads MiniMax-M3 through transformers' `MiniMaxM3VLTextConfig` (model_type
+    `minimax_m3_vl_text`): the same checkpoint in its schema is the same model, 137,472 B a token (60 x 2,048
+    + 57 x 256) and 426,174,572,928 parameters, where kvsim refused 'layer_types' by name. The wrapper's text
+    config of that type is read too."""
+    legacy = _model()
+    new = _model(_transformers_5(_cfg()))
+    assert new.kv_bytes_per_token == legacy.kv_bytes_per_token == 137_472
+    assert new.num_params == legacy.num_params == 426_174_572_928
+    assert new.layers == legacy.layers
+    wrapped = _model({"model_type": "minimax_m3_vl", "text_config": _transformers_5(_cfg())})
+    assert wrapped.kv_bytes_per_token == 137_472
+    # transformers' class defaults where a field is absent: the index fields (4 heads, 128 wide, 16 top-k
+    # blocks) as the fixture's; no layer kinds at all: every layer full attention (60 x 2,048 = 122,880 B a
+    # token) and every MLP a MoE block (the 3 dense MLPs, 3 x 3 x 6,144 x 12,288, become MoE blocks of 128
+    # experts and a shared one, 129 x 3 x 6,144 x 3,072, with a router of 128 x 6,144 and its 128 biases).
+    bare = {k: v for k, v in _transformers_5(_cfg()).items() if not k.startswith(("index_", "layer_types"))}
+    bare = {k: v for k, v in bare.items() if k != "mlp_layer_types"}
+    m = _model(bare)
+    assert m.kv_bytes_per_token == 60 * 4 * KV == 122_880
+    assert not m.is_dsa
+    dense, moe = 3 * 6144 * 12288, 129 * 3 * 6144 * 3072 + 128 * 6144 + 128
+    index = 57 * ((4 * 128 + 128) * 6144 + 2 * 128)
+    assert m.num_params == legacy.num_params - index + 3 * (moe - dense)
+    defaults = {k: v for k, v in _transformers_5(_cfg()).items() if not k.startswith("index_")}
+    assert _model(defaults).kv_bytes_per_token == 137_472
+
+
+def test_transformers_5_schema_against_the_legacy_fields_as_transformers_resolves_them():
+    """`MiniMaxM3VLTextConfig.__post_init__`: `mlp_layer_types` and `layer_types` win over `moe_layer_freq`
+    and `sparse_attention_freq` (kvsim read `moe_layer_freq`, silently); a legacy `sparse_attention_config`
+    index key wins over its flat field. Lengths are checked against `num_hidden_layers`."""
+    legacy = _model()
+    # Layers 0-2 MoE by mlp_layer_types, dense by moe_layer_freq: 3 MoE blocks in place of 3 dense MLPs.
+    mixed = {**_cfg(), "mlp_layer_types": ["sparse"] * 60}
+    dense, moe = 3 * 6144 * 12288, 129 * 3 * 6144 * 3072 + 128 * 6144 + 128
+    assert _model(mixed).num_params == legacy.num_params + 3 * (moe - dense)
+    # layer_types with 10 sparse layers against sparse_attention_freq's 57: 10 index keys (60 x 2,048 + 10 x 256).
+    ten = {**_cfg(), "layer_types": ["full_attention"] * 50 + ["minimax_m3_sparse"] * 10}
+    assert _model(ten).kv_bytes_per_token == 60 * 2048 + 10 * 256
+    # sparse_attention_config's 16 top-k blocks win over a flat 32: the top-k buffer is 16 blocks' (8,192
+    # tokens x 4 heads x 16 x 4 B at tp 1).
+    from kvsim.model.dsa import topk_indices_bytes
+
+    flat = _model({**_cfg(), "index_topk_blocks": 32})
+    assert topk_indices_bytes(flat, 8192, 1) == topk_indices_bytes(legacy, 8192, 1) == 8192 * 4 * 16 * 4
+    only_flat = _transformers_5(_cfg()) | {"index_topk_blocks": 32}
+    assert topk_indices_bytes(_model(only_flat), 8192, 1) == 8192 * 4 * 32 * 4
+    for key, bad in (
+        ("layer_types", ["full_attention"] * 59),
+        ("mlp_layer_types", ["sparse"] * 61),
+        ("mlp_layer_types", ["moe"] * 60),
+        ("layer_types", "full_attention"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=rf"field '{key}' must list the 60 layers"):
+            _model({**_transformers_5(_cfg()), key: bad})
+
+
+def test_the_legacy_schemas_missing_fields_name_both_releases():
+    """Without `sparse_attention_config` or `moe_layer_freq` (and no transformers 5 field) vLLM 0.33.0 and
+    0.34.0 build different models: refused, the message naming each release's default."""
+    cfg = _cfg()
+    del cfg["sparse_attention_config"]
+    with pytest.raises(
+        InvalidArgumentError, match=r"0\.33\.0's MiniMaxM3TextConfig .* 0\.34\.0's .* full attention"
+    ):
+        _model(cfg)
+    cfg = _cfg()
+    del cfg["moe_layer_freq"]
+    with pytest.raises(InvalidArgumentError, match=r"0\.34\.0's .* every layer MoE"):
+        _model(cfg)

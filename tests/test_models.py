@@ -962,3 +962,20 @@ def test_an_attention_free_architecture_is_refused_by_name(cfg, said, tmp_path, 
     """An RWKV-7 config was refused as having no 'num_attention_heads': now by its architecture (vLLM 0.33.0's
     registry has no RWKV; kvsim models Mamba layers only beside attention), one line, exit 2."""
     _refused_in_one_line({**cfg, "num_hidden_layers": 32, "vocab_size": 65536}, said, tmp_path, capsys)
+
+
+def test_gpt_oss_on_an_arch_without_an_mxfp4_row_is_refused():
+    """Jetson Thor (`sm_110`): vLLM 0.33.0 runs gpt-oss's MXFP4 experts on the OAI Triton kernels there and
+    0.34.0 on Marlin; kvsim has no row for it and took the padding as none (gpt-oss-20b loaded 12.85 GiB,
+    where sm_120's Marlin padding gives 13.70). Refused by name; other models on sm_110 still size."""
+    thor = gpus.from_spec(
+        {"memory": "128GiB", "bandwidth": "273GB/s", "tflops": 500, "arch": "sm_110", "name": "thor"}
+    )
+    with pytest.raises(
+        InvalidArgumentError, match=r"gpt-oss-20b on sm_110: kvsim has no MXFP4 MoE backend row"
+    ):
+        kvsim.SimConfig(model="gpt-oss-20b", gpu=thor)
+    orin = gpus.from_spec({"memory": "64GiB", "bandwidth": "204GB/s", "tflops": 100, "arch": "sm_87"})
+    with pytest.raises(InvalidArgumentError, match=r"on sm_87: kvsim has no MXFP4 MoE backend row"):
+        kvsim.SimConfig(model="gpt-oss-20b", gpu=orin)
+    assert kvsim.SimConfig(model="llama-3.1-8b", gpu=thor).pool.num_blocks > 0

@@ -49,6 +49,8 @@ def _refuse_modelless_knobs(
         "enforce_eager",
         "language_model_only",
         "cudagraph_memory_bytes",
+        "cudagraph_capture_grid",
+        "sparse_mla_shard_q",
         "activation_reserve_bytes",
         "prefix_cache_retention_interval",
     ):
@@ -331,7 +333,8 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
     random, the load cap by `prefix-affinity`, the weights by `weighted`); the CPU tier's by a run with a
     tier (`--kv-offloading-size` or `--kv-offloading-chunks`), vLLM 0.34.0's threshold count by one whose
     store threshold is 2 or more and its junction from the tier by a hybrid model with a full-attention
-    group beside a window or state group; the swap time by a run that swaps; a
+    group beside a window or state group; vLLM 0.34.0's CUDA-graph grid by a run whose graphs kvsim
+    estimates and ShardQ by one that keeps its buffers (`dsa.shardq_bytes`); the swap time by a run that swaps; a
     disaggregated fleet's by a run with prefill replicas (it ran as a fleet of one); the placement by a
     contiguous policy; the router by a run with more than one replica in a pool (in front of one, every
     request went to it). (`SimConfig` takes them all, as the base of sweeps and searches that vary the knob
@@ -460,6 +463,36 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
             f"block size vLLM offers when none is given, and this run gives "
             f"{spell.value('block_size', config._given['block_size'])}; {spell.drop}"
         )
+    # vLLM 0.34.0's CUDA-graph sizes and ShardQ (DESIGN.md §Defaults and sizing): the grid is read where kvsim
+    # estimates the graphs of a pool sized from a GPU, ShardQ where DeepSeek-V3.2's or GLM-5's backend takes it.
+    if given("cudagraph_capture_grid"):
+        off = (
+            "this run sizes no pool from a GPU (give a model and a GPU)"
+            if config.gpu is None or config.model is None
+            else f"{spell.knob('enforce_eager')} captures no graphs"
+            if config.enforce_eager
+            else f"{spell.knob('cudagraph_memory_bytes')} gives the graphs' memory"
+            if config.cudagraph_memory_bytes is not None
+            else f"{spell.knob('activation_reserve_bytes')} gives the non-KV memory whole"
+            if config.activation_reserve_bytes is not None
+            else f"{spell.knob('kv_cache_bytes')} gives the KV cache memory"
+            if config.kv_cache_bytes is not None
+            else None
+        )
+        out["cudagraph_capture_grid"] = (
+            None
+            if off is None
+            else f"{spell.value('cudagraph_capture_grid', config.cudagraph_capture_grid)} does nothing here: it "
+            f"picks the CUDA graphs kvsim's estimate counts, and {off}; {spell.drop}"
+        )
+    if given("sparse_mla_shard_q"):
+        out["sparse_mla_shard_q"] = (
+            None
+            if _shardq_taken(config)
+            else f"{spell.value('sparse_mla_shard_q', config.sparse_mla_shard_q)} does nothing here: vLLM 0.34.0 "
+            "keeps ShardQ's buffers only for DeepSeek-V3.2 and GLM-5 under tensor parallelism on a GPU whose sparse "
+            f"MLA backend takes it (DESIGN.md §Defaults and sizing), and this run has none; {spell.drop}"
+        )
     if config._given.get("kv_offloading_ps_per_block") is not None:
         out["kv_offloading_ps_per_block"] = None if tier else no_tier
     if config.allow_long_max_model_len:
@@ -518,6 +551,23 @@ def measured_flag_error(exc: MeasuredSizingError, preset: str | None, flag_of: d
     text = measured_refusal(exc.which, FLAGS, source)
     given = next((flag_of[k] for k in ("kv_cache_sizing", exc.which) if k in flag_of), None)
     return FlagError(f"argument {given}: {text}" if given else text)
+
+
+def _shardq_taken(config: Any) -> bool:
+    """Whether this run's model, GPU and KV dtype take vLLM 0.34.0's ShardQ buffers (`dsa.shardq_bytes`)."""
+    if config.model is None or config.gpu is None:
+        return False
+    from kvsim.model import dsa
+    from kvsim.model.gpus import resolve as resolve_gpu
+    from kvsim.model.models import resolve as resolve_model
+
+    m = resolve_model(config.model)
+    if not (m.is_dsa and m.is_mla):
+        return False
+    arch = resolve_gpu(config.gpu).arch
+    kv = dsa.resolve(m, arch, config.kv_cache_dtype, config.block_size)[0]
+    tp = config.tensor_parallel_size
+    return dsa.shardq_bytes(m, arch, kv, tp, config.max_num_batched_tokens, config.max_num_seqs) > 0
 
 
 def _refuse_idle_knobs(config: Any, prefill: Any = None, given: set[str] | None = None) -> None:

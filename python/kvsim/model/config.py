@@ -178,6 +178,8 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     enforce_eager: bool = default("enforce_eager")
     language_model_only: bool = default("language_model_only")
     cudagraph_memory_bytes: int | None = default("cudagraph_memory_bytes")
+    cudagraph_capture_grid: str = default("cudagraph_capture_grid")
+    sparse_mla_shard_q: bool = default("sparse_mla_shard_q")
     activation_reserve_bytes: int | None = default("activation_reserve_bytes")
     calibration: str | None = default("calibration")
     replicas: int = default("replicas")
@@ -447,6 +449,8 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             enforce_eager=self.enforce_eager,
             language_model_only=self.language_model_only,
             cudagraph_memory_bytes=self.cudagraph_memory_bytes,
+            cudagraph_capture_grid=self.cudagraph_capture_grid,
+            sparse_mla_shard_q=self.sparse_mla_shard_q,
             data_parallel_size=self.data_parallel_size,
             enable_expert_parallel=self.enable_expert_parallel,
             null_block=self.pool_null_block,
@@ -588,11 +592,13 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
           chunked prefill off the waiting loop ends at a prompt over the budget left
           (`waiting_over_budget="stop"`); no watermark (vLLM's default), and one given is kept free while
           some request runs (`watermark_rule="while-running"`, vLLM 0.24.0 and later).
-        - `vllm-0.34`: vLLM 0.34.0: `vllm-latest`'s rules with 0.34.0's four changes (DESIGN.md §Presets):
+        - `vllm-0.34`: vLLM 0.34.0: `vllm-latest`'s rules with 0.34.0's six changes (DESIGN.md §Presets):
           a default block of 64 (`default_block_size`), the KV cache sized from measured memory with an unset
           `gpu_memory_utilization` read as 1.0 (`kv_cache_sizing="measured"`), and with a CPU tier a tier
           hit cut by a window or a state taking the junction (`kv_offloading_hit_junction`) and
-          `store_threshold` counting a key once a request (`kv_offloading_store_threshold_count`).
+          `store_threshold` counting a key once a request (`kv_offloading_store_threshold_count`); the CUDA
+          graphs captured at 0.34.0's split sizes (`cudagraph_capture_grid="split"`); DeepSeek-V3.2's and GLM-5's
+          ShardQ exchange buffers under tensor parallelism (`sparse_mla_shard_q`).
         - `vllm-0.20`: vLLM 0.20.0 to 0.22.1: the full-prompt gate, classic free order, stop.
         - `vllm-0.19`: vLLM 0.19.0 to 0.19.1: as `vllm-0.20`, with `gpu_memory_utilization` 0.9 (0.20.0
           raised vLLM's default to 0.92, the knob's; every older preset sets 0.9 too).
@@ -633,6 +639,8 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
                 "kv_cache_sizing": "measured",
                 "kv_offloading_hit_junction": True,
                 "kv_offloading_store_threshold_count": "per-request",
+                "cudagraph_capture_grid": "split",
+                "sparse_mla_shard_q": True,
             },
             "vllm-0.20": {
                 **classic,

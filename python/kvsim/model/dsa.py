@@ -178,7 +178,89 @@ def dsa_block_size(
 # (`minimax_m3`, MiniMaxAI/MiniMax-M3), the multimodal wrapper vLLM registers (`minimax_m3_vl`,
 # `vllm/transformers_utils/config.py`; NVIDIA's MiniMax-M3-NVFP4) and that wrapper's text config
 # (`minimax_m3_text`, `vllm/transformers_utils/configs/minimax_m3.py` MiniMaxM3TextConfig).
-MINIMAX_M3_TYPES = frozenset({"minimax_m3", "minimax_m3_vl", "minimax_m3_text"})
+# vLLM 0.34.0 reads it through transformers' `MiniMaxM3VLTextConfig` (`transformers_utils/configs/minimax_m3.py`;
+# transformers 5.x `models/minimax_m3_vl/configuration_minimax_m3_vl.py`), model_type `minimax_m3_vl_text`.
+MINIMAX_M3_TYPES = frozenset({"minimax_m3", "minimax_m3_vl", "minimax_m3_text", "minimax_m3_vl_text"})
+# transformers' flat indexer fields, each with the legacy `sparse_attention_config` key that overrides it and its
+# class default (`MiniMaxM3VLTextConfig.__post_init__`).
+MINIMAX_M3_FLAT_INDEX = {
+    "index_n_heads": ("sparse_num_index_heads", 4),
+    "index_head_dim": ("sparse_index_dim", 128),
+    "index_block_size": ("sparse_block_size", 128),
+    "index_topk_blocks": ("sparse_topk_blocks", 16),
+    "index_local_blocks": ("sparse_local_block", 1),
+}
+_M3_LAYER_TYPES = {
+    "layer_types": ("minimax_m3_sparse", "full_attention"),
+    "mlp_layer_types": ("sparse", "dense"),
+}
+
+
+def minimax_m3_schema(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """A MiniMax-M3 config in transformers 5's schema (`MiniMaxM3VLTextConfig`: `layer_types`,
+    `mlp_layer_types`, the flat `index_*` fields, model_type `minimax_m3_vl_text`) turned into the legacy
+    fields kvsim reads (`sparse_attention_config`, `moe_layer_freq`) as transformers' `__post_init__` resolves
+    the two: `layer_types` and `mlp_layer_types` win over `sparse_attention_freq` and `moe_layer_freq`, which
+    give them only where they are absent, and where neither is given every layer is full attention and every
+    MLP a MoE block; a legacy `sparse_attention_config` index key wins over its flat field, which takes the
+    class default where both are absent. The legacy fields vLLM 0.34.0 no longer reads (`sparse_score_type`,
+    `sparse_init_block`, `sparse_disable_index_value`: every sparse layer builds no index value) are dropped.
+    A config with none of the new fields is returned as it is (vLLM 0.33.0's reading).
+
+    Raises:
+        InvalidArgumentError: a `layer_types` or `mlp_layer_types` that is not a list of the
+            `num_hidden_layers` layers' kinds (transformers' `validate_layer_type` refuses another length),
+            a kind other than the two vLLM's MiniMax-M3 tells apart (`minimax_m3_sparse` / `full_attention`,
+            `sparse` / `dense`), a `sparse_attention_config` that is not an object.
+    """
+    new = cfg.get("model_type") == "minimax_m3_vl_text" or any(
+        cfg.get(k) is not None for k in (*_M3_LAYER_TYPES, *MINIMAX_M3_FLAT_INDEX)
+    )
+    count: Any = cfg.get("num_hidden_layers")
+    if not new or not whole_at_least(count, 1):  # (no layer count: the reader refuses it by name)
+        return cfg
+    n = int(count)
+    legacy = cfg.get("sparse_attention_config")
+    if legacy is not None and not isinstance(legacy, Mapping):
+        raise InvalidArgumentError(
+            f"model {where}: field 'sparse_attention_config' {legacy!r} must be an object"
+        )
+    legacy = dict(legacy or {})
+    derived = {
+        "layer_types": (legacy.get("sparse_attention_freq"), "sparse_attention_config.sparse_attention_freq"),
+        "mlp_layer_types": (cfg.get("moe_layer_freq"), "moe_layer_freq"),
+    }
+    kinds: dict[str, list[bool]] = {}
+    for key, (yes, no) in _M3_LAYER_TYPES.items():
+        given = cfg.get(key)
+        if given is None:
+            freq, name = derived[key]
+            if freq is None:  # (transformers' default: every layer full attention; every MLP a MoE block)
+                kinds[key] = [key == "mlp_layer_types"] * n
+                continue
+            if not isinstance(freq, list) or len(freq) != n:
+                raise InvalidArgumentError(f"model {where}: field {name!r} {freq!r} must list the {n} layers")
+            kinds[key] = [bool(f) for f in freq]
+            continue
+        if not isinstance(given, list) or len(given) != n or not all(t in (yes, no) for t in given):
+            raise InvalidArgumentError(
+                f"model {where}: field {key!r} must list the {n} layers (num_hidden_layers), each {yes!r} or "
+                f"{no!r} (transformers' MiniMaxM3VLTextConfig checks the length; vLLM 0.34.0's MiniMax-M3 tells "
+                "only these apart)"
+            )
+        kinds[key] = [t == yes for t in given]
+    sparse = {
+        legacy_key: legacy.get(legacy_key, cfg.get(flat, default))
+        for flat, (legacy_key, default) in MINIMAX_M3_FLAT_INDEX.items()
+    }
+    sparse["sparse_attention_freq"] = [int(k) for k in kinds["layer_types"]]
+    sparse["sparse_disable_index_value"] = [1] * n
+    out = {k: v for k, v in cfg.items() if k not in (*_M3_LAYER_TYPES, *MINIMAX_M3_FLAT_INDEX)}
+    out["sparse_attention_config"] = sparse
+    out["moe_layer_freq"] = [int(k) for k in kinds["mlp_layer_types"]]
+    return out
+
+
 # The block of its sparse layers' kernels: one sparse block is one KV page (`SPARSE_BLOCK_SIZE` 128 in
 # `common/ops/sparse_attn.py` and `common/ops/index_topk.py`), the only kernel block size its attention and
 # indexer backends take (`MiniMaxM3SparseBackend`, `common/sparse_attention.py`, and `MiniMaxM3IndexerBackend`,
@@ -243,8 +325,9 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
     if not isinstance(sparse, Mapping):
         raise InvalidArgumentError(
             f"model {where}: MiniMax-M3 without a 'sparse_attention_config' object: vLLM 0.33.0's "
-            "MiniMaxM3TextConfig would put the preview checkpoint's in its place (57 sparse layers), which kvsim "
-            "does not guess; give the field"
+            "MiniMaxM3TextConfig would put the preview checkpoint's in its place (57 sparse layers) and vLLM "
+            "0.34.0's (transformers' MiniMaxM3VLTextConfig) makes every layer full attention, which kvsim does not "
+            "guess; give the field (or transformers 5's 'layer_types')"
         )
     freq = sparse.get("sparse_attention_freq")
     if freq is None:
@@ -373,7 +456,8 @@ def resolve(
 
 def topk_indices_bytes(model: Any, max_num_batched_tokens: int, tp: int) -> int:
     """The top-k index buffer a sparse-attention model allocates as vLLM 0.33.0 builds it, so in "Model
-    loading took" (v1/worker/gpu_model_runner.py line 5076 reads the memory the model's construction and
+    loading took" (0.33.0's v1/worker/gpu_model_runner.py line 5076, 0.34.0's v1/worker/gpu/model_runner.py
+    `load_model`, read the memory the model's construction and
     loading kept): one int32 per `index_topk` key of each of `max_num_batched_tokens` tokens, shared by every
     indexer layer, whole on every GPU: DeepSeek-V3.2 and GLM-5 (`models/deepseek_v32/nvidia/model.py` lines
     192-197; `amd/model.py` lines 148-153), DeepSeek-V4 (`models/deepseek_v4/nvidia/model.py` lines 848-852);
@@ -397,11 +481,69 @@ def topk_indices_bytes(model: Any, max_num_batched_tokens: int, tp: int) -> int:
     return 0
 
 
+# ShardQ (vLLM 0.34.0, `AttentionConfig.sparse_mla_shard_q`, True by default; `v1/attention/ops/shardq.py`): under
+# tensor parallelism a sparse MLA layer's prefill is split over the TP ranks by token, through exchange buffers
+# `allocate_shardq_buffers` allocates once, in symmetric memory, as the model is built. FlashMLA's sparse
+# backend takes it only on its quantized (`fp8_ds_mla`) path below 32 heads a GPU
+# (`flashmla_sparse.py` `MIN_HEADS_FOR_BF16_PREFILL`); on 10.x a bf16 cache goes to FlashAttention 4's sparse
+# backend (a FlashInfer subclass) at up to 16 heads a GPU, else FlashMLA's (`platforms/cuda.py`).
+SHARDQ_FLASHMLA_HEADS = 32
+SHARDQ_FA4_HEADS = 16
+SHARDQ_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
+
+
+def shardq_bytes(
+    model: Any,
+    arch: str | None,
+    kv_dtype: str | None,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+) -> int:
+    """ShardQ's exchange buffers on one GPU, as vLLM 0.34.0 allocates them for DeepSeek-V3.2 and GLM-5
+    (`shardq_eligible`: `models/deepseek_v32/attention.py`) at `tp` > 1 on CUDA, where the sparse MLA backend
+    it picks takes ShardQ (`SparseMLACommonImpl.use_shardq`, `sparse_mla_attention.py`: `supports_shardq`,
+    no context parallelism, no FULL graphs for mixed batches, none of which kvsim models):
+
+    - compute capability 10.x: an fp8 cache on FlashInfer's sparse backend (`kv_dtype` fp8, which
+      `dsa_kv_dtype` leaves there for it; the query then in fp8, `supports_quant_query_input`), `fp8_ds_mla`
+      on FlashMLA's below 32 heads a GPU, a 16-bit cache at up to 16 heads a GPU (FlashAttention 4's);
+    - 9.x: `fp8_ds_mla` on FlashMLA's below 32 heads a GPU (a 16-bit cache runs on FlashAttention's sparse
+      backend, which does not take it);
+    - none on 12.x (FlashInfer's SM120 backend does not) and ROCm.
+
+    The buffers (`allocate_shardq_buffers`, `ShardQWorkspace`, one ubatch): q, `(ceil(max_num_batched_tokens
+    / tp) + 2 · max_num_seqs) × heads × (kv_lora_rank + qk_rope_head_dim)` values (heads: the model's, a
+    GPU's share times tp), 1 byte in fp8 else 2; out, `max_num_batched_tokens × heads a GPU × kv_lora_rank`
+    16-bit values. `kv_dtype` is the cache's as `resolve` gives it (None or auto: the model's). 0 where
+    none is allocated."""
+    if tp < 2 or model.config_fields.get("model_type") not in SHARDQ_TYPES or not model.is_mla:
+        return 0
+    major = _sm_major(arch)
+    if is_rocm(arch) or major not in (9, 10):
+        return 0
+    heads = model.num_attention_heads // tp
+    dtype = model.kv_dtype if kv_dtype in (None, "auto") else str(kv_dtype)
+    fp8_query = False
+    if dtype == FP8_DS_MLA:
+        takes = heads < SHARDQ_FLASHMLA_HEADS
+    elif dtype.startswith("fp8"):
+        takes = fp8_query = major == 10
+    else:
+        takes = major == 10 and heads <= SHARDQ_FA4_HEADS
+    if not takes:
+        return 0
+    local = -(-max_num_batched_tokens // tp) + 2 * max_num_seqs
+    q = local * heads * tp * (model.kv_lora_rank + model.qk_rope_head_dim) * (1 if fp8_query else 2)
+    return q + max_num_batched_tokens * heads * model.kv_lora_rank * 2
+
+
 __all__ = [
     "DSA_CUDA_BLOCK",
     "FP8_DS_MLA",
     "FP8_DS_MLA_BYTES",
     "MINIMAX_M3_BLOCK",
+    "MINIMAX_M3_FLAT_INDEX",
     "MINIMAX_M3_TYPES",
     "MiniMaxM3Sparse",
     "dsa_block_size",
@@ -409,8 +551,10 @@ __all__ = [
     "dsa_kv_dtype",
     "index_key_bytes",
     "minimax_m3_block_size",
+    "minimax_m3_schema",
     "minimax_m3_sparse",
     "mla_entry_bits",
     "resolve",
+    "shardq_bytes",
     "topk_indices_bytes",
 ]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.architecture import Model
+from kvsim.model.dsa import MINIMAX_M3_TYPES, minimax_m3_schema
 from kvsim.model.dtypes import HF_DTYPES, dtype_bits
 from kvsim.model.encoders import Tower
 from kvsim.model.hf_layers import layers_from_hf_config
@@ -530,6 +531,8 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
     wrapper = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model inside
         cfg = {**cfg, **cfg["text_config"]}
+    if cfg.get("model_type") in MINIMAX_M3_TYPES:  # (transformers 5's schema read as vLLM 0.34.0 reads it)
+        cfg = minimax_m3_schema(cfg, repr(str(path)))
 
     def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
         for k in keys:

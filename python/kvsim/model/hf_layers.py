@@ -147,6 +147,15 @@ def kimi_linear_attention(
     lac = cfg.get("linear_attn_config")
     if not isinstance(lac, dict):
         raise InvalidArgumentError(f"model {where}: 'linear_attn_config' must be an object")
+    if cfg.get("dsa_config") is not None:
+        # Kimi-K3.1 (vLLM 0.34.0: `KimiK31ForConditionalGeneration`, `transformers_utils/configs/
+        # kimi_linear.py` `KimiLinearDSAConfig`, `models/kimi_k3/nvidia/model.py` `KimiK3DSAAttention`) puts
+        # DeepSeek sparse attention on its `dsa_layers`; read past, it was sized as Kimi-K3.
+        raise InvalidArgumentError(
+            f"model {where}: field 'dsa_config' (Kimi-K3.1's DeepSeek sparse attention, vLLM 0.34.0) is not "
+            "modelled: its index key cache, top-k buffer, indexer weights and packed block size would be "
+            "missing (kvsim sizes Kimi-Linear and Kimi-K3)"
+        )
     # Fields that change what vLLM 0.33.0 builds (`vllm/models/kimi_k3/nvidia/model.py`, KimiDecoderLayer): a
     # full-rank gate is Kimi-K3's layer (`KimiK3DeltaAttention`, `nvidia/kda.py`: the gate a fourth slice of
     # the input projection, its prefill on FlashKDA where the gate is bounded), read here; a bounded gate

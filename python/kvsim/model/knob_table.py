@@ -15,6 +15,7 @@ from typing import Any
 from kvsim.model.gpus import BATCH_RULES
 from kvsim.model.layers import GDN_PREFILL_BACKENDS, MAX_TOKENS
 from kvsim.model.measured import SIZINGS
+from kvsim.model.memory import CAPTURE_GRIDS
 from kvsim.model.quant import QUANTIZATION_CHOICES
 
 POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
@@ -619,6 +620,20 @@ KNOBS: dict[str, Knob] = {
         optional=True,
         unit="bytes",
         metavar="SIZE",
+    ),
+    "cudagraph_capture_grid": Knob(
+        "shared",
+        "choice",
+        "the CUDA graphs the estimate counts: shared (vLLM 0.33.0: one list of token counts up to 512, 1024 "
+        "on B200/B300 and for gpt-oss) or split (vLLM 0.34.0: prefill tokens and decode requests apart, "
+        "on B200/B300 up to 8192 tokens and max_num_seqs requests)",
+        choices=CAPTURE_GRIDS,
+    ),
+    "sparse_mla_shard_q": Knob(
+        False,
+        "bool",
+        "vLLM 0.34.0's ShardQ buffers (sparse_mla_shard_q): DeepSeek-V3.2 and GLM-5 under tensor parallelism, "
+        "where their sparse MLA backend takes it; off: vLLM 0.33.0, which has none",
     ),
     "activation_reserve_bytes": Knob(
         None,

@@ -100,19 +100,48 @@ def non_torch_bytes(tp: int, peer_link: bool) -> int:
     return NON_TORCH_BYTES_TP_PEER if peer_link else NON_TORCH_BYTES_TP
 
 
-def cudagraph_capture_sizes(
-    max_num_seqs: int, max_num_batched_tokens: int, blackwell: bool = False
-) -> list[int]:
-    """The batch sizes vLLM 0.33.0 captures CUDA graphs for by default (`VllmConfig`'s
-    `_set_cudagraph_sizes`): up to min(2 · max_num_seqs, 512 (1024 on compute capability 10.x: B200, GB200,
-    B300, GB300), max_num_batched_tokens): 1, 2, 4, then every 8 below 256, every 16 from 256, plus max_num_seqs
-    (uniform decode) and max_num_batched_tokens when they fit."""
-    top = min(2 * max_num_seqs, 1024 if blackwell else 512, max_num_batched_tokens)
+# How vLLM picks the sizes it captures CUDA graphs at by default (the knob `cudagraph_capture_grid`):
+# "shared", one list of token counts for both kinds of graph (vLLM 0.33.0 and before, `VllmConfig.
+# _set_cudagraph_sizes`), or "split", prefill token counts and decode request counts resolved apart (vLLM
+# 0.34.0, `VllmConfig._split_cudagraph_capture_sizes`, `vllm/config/vllm.py`; the grids in
+# `vllm/config/compilation.py`).
+CAPTURE_GRIDS = ("shared", "split")
+# vLLM 0.34.0's caps on SM100's wide grids (`_split_cudagraph_capture_sizes`: the prefill grid up to
+# `min(8192, max_num_batched_tokens)`, `max_decode_cudagraph_capture_tokens` 8192).
+WIDE_PREFILL_TOKENS = 8192
+WIDE_DECODE_TOKENS = 8192
+# gpt-oss's capture cap (`GptOssForCausalLMConfig.verify_and_update_config`, `models/config.py`: "Increase
+# the max capture size from 512 to 1024"; `max_cudagraph_capture_size` 1024 from vLLM 0.11.1 to 0.33.0).
+GPT_OSS_CAPTURE_TOKENS = 1024
+
+
+def _legacy_grid(top: int) -> list[int]:
+    """1, 2, 4, then every 8 below 256, every 16 from 256, up to `top` (vLLM's token-strided grid)."""
     sizes = [i for i in (1, 2, 4) if i <= top]
     if top >= 8:
         sizes += list(range(8, min(top + 1, 256), 8))
     if top >= 256:
         sizes += list(range(256, top + 1, 16))
+    return sizes
+
+
+def cudagraph_capture_sizes(
+    max_num_seqs: int, max_num_batched_tokens: int, blackwell: bool = False, model_type: str = ""
+) -> list[int]:
+    """The batch sizes vLLM 0.33.0 captures CUDA graphs for by default (`VllmConfig`'s
+    `_set_cudagraph_sizes`): up to min(2 · max_num_seqs, 512 (1024 on compute capability 10.x: B200, GB200,
+    B300, GB300), max_num_batched_tokens): 1, 2, 4, then every 8 below 256, every 16 from 256, plus max_num_seqs
+    (uniform decode) and max_num_batched_tokens when they fit. gpt-oss (`model_type` "gpt_oss") sets the cap
+    to 1024 on every GPU (`GptOssForCausalLMConfig.verify_and_update_config`, vLLM 0.11.1 to 0.33.0), a cap
+    given as `max_cudagraph_capture_size`: no 2 · max_num_seqs bound and no uniform-decode size appended."""
+    if model_type == "gpt_oss":
+        top = min(GPT_OSS_CAPTURE_TOKENS, max_num_batched_tokens)
+        sizes = _legacy_grid(top)
+        if max_num_batched_tokens <= top:
+            sizes.append(max_num_batched_tokens)
+        return sorted(set(sizes))
+    top = min(2 * max_num_seqs, 1024 if blackwell else 512, max_num_batched_tokens)
+    sizes = _legacy_grid(top)
     if max_num_batched_tokens <= top:
         sizes.append(max_num_batched_tokens)
     if max_num_seqs <= top:
@@ -120,21 +149,101 @@ def cudagraph_capture_sizes(
     return sorted(set(sizes))
 
 
+def _walk_grid(limit: int, step: Any) -> list[int]:
+    """Sizes 1, ..., `limit`, each the next multiple of the largest power of two not above `step(size)`
+    (vLLM 0.34.0's `_walk_grid`, `vllm/config/compilation.py`)."""
+    import math
+
+    grid, size = [], 1
+    while size < limit:
+        grid.append(size)
+        stride = 1 << max(0, math.floor(math.log2(max(1.0, step(size)))))
+        size = (size // stride + 1) * stride
+    return [*grid, limit] if limit else []
+
+
+def prefill_capture_grid(max_tokens: int) -> list[int]:
+    """vLLM 0.34.0's `prefill_cudagraph_capture_grid`: 1, 2, 4, every 8 up to 64, four sizes per doubling
+    up to 1024, then every 256 tokens, and every 512 once 7 % of the size exceeds 512 (54 sizes at 8192)."""
+    return _walk_grid(max_tokens, lambda t: min(t, max(8, t / 4), 0.07 * max(t, 4096)))
+
+
+def decode_capture_grid(max_requests: int) -> list[int]:
+    """vLLM 0.34.0's `decode_cudagraph_capture_grid`: every count up to 6, then a step of the largest power
+    of two not above 0.65 · n^(2/3) (64 sizes at 1024)."""
+    return _walk_grid(max_requests, lambda n: 0.65 * n ** (2 / 3))
+
+
+def _decode_shapes(sizes: list[int], max_reqs: int, max_tokens: int) -> list[int]:
+    """The decode graphs' request counts vLLM 0.34.0 captures from `sizes` (one token a request:
+    `decode_cudagraph_capture_shapes`): those up to the first at or above the limit, that one at the limit."""
+    import bisect
+
+    sizes = sorted(set(sizes))
+    limit = min(max_reqs, max_tokens)
+    if limit < 1:
+        return []
+    return sorted({min(n, limit) for n in sizes[: bisect.bisect_left(sizes, limit) + 1]})
+
+
+def cudagraph_graphs(
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    blackwell: bool = False,
+    model_type: str = "",
+    grid: str = "shared",
+) -> tuple[list[int], list[int]]:
+    """The CUDA graphs vLLM captures by default under `cudagraph_mode` FULL_AND_PIECEWISE, as (the token
+    counts of its PIECEWISE graphs, the request counts of its FULL decode graphs), one token a request.
+
+    `grid` "shared" (vLLM 0.33.0): both from `cudagraph_capture_sizes`, the decode graphs at the sizes up to
+    `max_num_seqs`. "split" (vLLM 0.34.0, `_split_cudagraph_capture_sizes` and `CudaGraphManager.
+    _init_candidates`, `v1/worker/gpu/cudagraph_utils.py`): on compute capability 10.x the wide grids,
+    prefill at `prefill_capture_grid(min(8192, max_num_batched_tokens))` and decode at
+    `decode_capture_grid(max_num_seqs)` within 8,192 tokens; gpt-oss elsewhere the legacy grid below
+    min(max_num_batched_tokens, 1024) and that size for prefill, `decode_capture_grid(min(1024,
+    max_num_seqs))` for decode (none of this on SM100, whose defaults are wider); any other model elsewhere
+    0.33.0's sizes, the decode request counts each `min(size, max_num_seqs)` (the same graphs)."""
+    if grid == "split" and blackwell:
+        prefill = prefill_capture_grid(min(WIDE_PREFILL_TOKENS, max_num_batched_tokens))
+        decode = decode_capture_grid(max_num_seqs)
+        return prefill, _decode_shapes(decode, max_num_seqs, min(max_num_batched_tokens, WIDE_DECODE_TOKENS))
+    if grid == "split" and model_type == "gpt_oss":
+        top = min(max_num_batched_tokens, GPT_OSS_CAPTURE_TOKENS)
+        legacy = {1, 2, 4, *range(8, 256, 8), *range(256, GPT_OSS_CAPTURE_TOKENS, 16)}
+        prefill = sorted({s for s in legacy if s < top} | {top})
+        decode = decode_capture_grid(min(GPT_OSS_CAPTURE_TOKENS, max_num_seqs))
+        return prefill, _decode_shapes(decode, max_num_seqs, max(prefill))
+    if grid == "split":
+        shared = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, blackwell)
+        decode = sorted({min(s, max_num_seqs) for s in shared})
+        return shared, _decode_shapes(decode, max_num_seqs, max(shared))
+    sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, blackwell, model_type)
+    return sizes, [s for s in sizes if s <= max_num_seqs]
+
+
 def cudagraph_estimate(
-    model: Any, max_num_seqs: int, max_num_batched_tokens: int, tp: int = 1, blackwell: bool = False
+    model: Any,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    tp: int = 1,
+    blackwell: bool = False,
+    grid: str = "shared",
 ) -> int:
     """kvsim's estimate of vLLM's "Estimated CUDA graph memory", in bytes.
 
-    vLLM captures FULL graphs for decode batches up to `max_num_seqs` and PIECEWISE graphs for every
-    capture size (`cudagraph_mode` FULL_AND_PIECEWISE, its default), and estimates the first capture's
-    memory plus, for each further graph, the second capture's (at least 1 MiB). kvsim prices the first
-    capture as one forward pass at the largest capture size (`_forward_peak`) and each graph at
-    `GRAPH_LAYER_BYTES` a decoder layer (at least vLLM's 1 MiB floor). vLLM measures this; give
-    `cudagraph_memory_bytes` (its log line "Estimated CUDA graph memory: X GiB total") to use the number.
+    vLLM captures FULL graphs for decode batches and PIECEWISE graphs for its token sizes (`cudagraph_mode`
+    FULL_AND_PIECEWISE, its default; which sizes: `cudagraph_graphs`, by the model's type and `grid`), and
+    estimates the first capture's memory plus, for each further graph, the second capture's (at least 1
+    MiB). kvsim prices the first capture as one forward pass at the largest capture size (`_forward_peak`)
+    and each graph at `GRAPH_LAYER_BYTES` a decoder layer (at least vLLM's 1 MiB floor). vLLM measures this;
+    give `cudagraph_memory_bytes` (its log line "Estimated CUDA graph memory: X GiB total") to use the number.
     """
-    sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, blackwell)
-    graphs = len(sizes) + sum(1 for s in sizes if s <= max_num_seqs)
-    first = _forward_peak(model, sizes[-1], tp)
+    prefill, decode = cudagraph_graphs(
+        max_num_seqs, max_num_batched_tokens, blackwell, getattr(model, "model_type", ""), grid
+    )
+    graphs = len(prefill) + len(decode)
+    first = _forward_peak(model, max(prefill + decode), tp)
     return first + graphs * max(GRAPH_FLOOR_BYTES, model.num_layers * GRAPH_LAYER_BYTES)
 
 
@@ -164,6 +273,7 @@ def non_kv_memory(
     cudagraph_memory_bytes: int | None,
     blackwell: bool = False,
     peer_link: bool = False,
+    cudagraph_grid: str = "shared",
 ) -> NonKV:
     """The non-KV memory of one GPU (see the module docstring): a measured total if given, else kvsim's
     estimates; CUDA graphs count nothing under `enforce_eager` (nothing is captured)."""
@@ -174,7 +284,9 @@ def non_kv_memory(
     elif cudagraph_memory_bytes is not None:
         graphs = cudagraph_memory_bytes
     else:
-        graphs = cudagraph_estimate(model, max_num_seqs, max_num_batched_tokens, tp, blackwell)
+        graphs = cudagraph_estimate(
+            model, max_num_seqs, max_num_batched_tokens, tp, blackwell, cudagraph_grid
+        )
     return NonKV(
         activation_peak(model, max_num_batched_tokens, max_num_seqs, tp),
         non_torch_bytes(tp, peer_link),
@@ -307,6 +419,7 @@ class StartupFigures:
 
 
 __all__ = [
+    "CAPTURE_GRIDS",
     "GRAPH_FLOOR_BYTES",
     "GRAPH_LAYER_BYTES",
     "NON_TORCH_BYTES",
@@ -319,8 +432,11 @@ __all__ = [
     "activation_peak",
     "cudagraph_capture_sizes",
     "cudagraph_estimate",
+    "cudagraph_graphs",
+    "decode_capture_grid",
     "format_gib",
     "moe_workspace",
     "non_kv_memory",
     "non_torch_bytes",
+    "prefill_capture_grid",
 ]

@@ -75,6 +75,30 @@ def mxfp4_padding(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1)
     return Mxfp4Padding(elements * 17 // 32, elements, width)
 
 
+def check_mxfp4_arch(m: Model, arch: str | None) -> None:
+    """Refuses gpt-oss's MXFP4 experts on an NVIDIA architecture `MXFP4_GPT_OSS_BACKEND` has no row for
+    (`sm_110`, Jetson Thor; `sm_87`, Orin): vLLM picks their backend by compute capability family, and
+    its padding would have been taken as none. Thor's changed between releases: vLLM 0.33.0 runs them on
+    the OAI Triton kernels (`_triton_kernel_moe_supports_current_device`: 9.0 up to 13.0), vLLM 0.34.0 on
+    Marlin (`_get_priority_backends_for_gpt_oss` moves Triton after it on the 11.x and 12.x families).
+
+    Raises:
+        InvalidArgumentError: naming the architecture, the model and the architectures kvsim has rows for.
+    """
+    from kvsim.errors import InvalidArgumentError
+
+    if not arch or not arch.startswith("sm_") or arch in MXFP4_GPT_OSS_BACKEND:
+        return
+    if m.model_type != "gpt_oss" or m.quant_method != "mxfp4":
+        return
+    known = ", ".join(a for a in MXFP4_GPT_OSS_BACKEND if a.startswith("sm_"))
+    raise InvalidArgumentError(
+        f"model {m.name} on {arch}: kvsim has no MXFP4 MoE backend row for this architecture (it has {known}), "
+        "so the padding vLLM's backend gives gpt-oss's experts there is not modelled (on sm_110, Jetson Thor, "
+        "vLLM 0.33.0 picks the OAI Triton kernels and 0.34.0 Marlin)"
+    )
+
+
 def mxfp4_padding_bytes(m: Model, arch: str | None, tp: int, ep: int = 0, dp: int = 1) -> int:
     """The bytes one GPU's gpt-oss experts take beyond their MXFP4 values and scales (`mxfp4_padding`)."""
     return mxfp4_padding(m, arch, tp, ep, dp).bytes

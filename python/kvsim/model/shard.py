@@ -155,7 +155,8 @@ def _check_gpt_oss(m: Model, tp: int, dp: int) -> None:
 
 # The model_types whose attention vLLM 0.33.0 builds with a key norm over the whole k projection
 # (`num_key_value_heads x head_dim` wide), which it cannot apply to a GPU's replicated KV head: OLMoE's own
-# `OlmoeAttention` (`olmoe.py`), OLMo-2's, OLMo-3's and FlexOlmo's on the Transformers backend
+# `OlmoeAttention` (`olmoe.py`; vLLM 0.34.0 removes the file and runs OLMoE on the Transformers backend
+# too), OLMo-2's, OLMo-3's and FlexOlmo's on the Transformers backend
 # (`registry.py` `_TRANSFORMERS_SUPPORTED_MODELS`; Hugging Face's `Olmo2Attention`, `Olmo3Attention`).
 _WHOLE_K_NORM = {
     "olmoe": "olmoe.py",
@@ -180,8 +181,9 @@ def _check_whole_k_norm(m: Model, tp: int) -> None:
     hd = m.head_dim
     if where == "olmoe.py":
         vllm = (
-            f"vLLM's OlmoeAttention (olmoe.py) all-gathers each GPU's replicated KV head into {tp} x {hd} keys "
-            f"for its k_norm of {kv} x {hd}, whose shapes do not match"
+            f"vLLM 0.33.0's OlmoeAttention (olmoe.py) all-gathers each GPU's replicated KV head into {tp} x {hd} "
+            f"keys for its k_norm of {kv} x {hd}, whose shapes do not match (vLLM 0.34.0 runs OLMoE on its "
+            "Transformers backend, whose k_norm refuses it too: transformers/fusers/rms_norm.py)"
         )
     else:
         vllm = (

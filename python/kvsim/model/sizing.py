@@ -52,7 +52,7 @@ from kvsim.model.measured import measure
 from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
 from kvsim.model.models import Model, model_label, with_quantization
 from kvsim.model.models import resolve as resolve_model
-from kvsim.model.mxfp4_padding import mxfp4_layout_bytes, mxfp4_padding_bytes
+from kvsim.model.mxfp4_padding import check_mxfp4_arch, mxfp4_layout_bytes, mxfp4_padding_bytes
 from kvsim.model.pool_sizing import PoolSizing
 from kvsim.model.quant import min_capability
 from kvsim.model.shard import resolve, shard
@@ -154,6 +154,8 @@ def size_pool(
     enforce_eager: bool = False,
     language_model_only: bool = False,
     cudagraph_memory_bytes: int | None = None,
+    cudagraph_capture_grid: str = "shared",
+    sparse_mla_shard_q: bool = False,
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
     null_block: str = "within",
@@ -209,6 +211,7 @@ def size_pool(
     tp = tensor_parallel_size
     if m is not None and base is not None and g is not None:
         check_capability(base, g)
+        check_mxfp4_arch(base, g.arch)
         pad = mxfp4_padding_bytes(
             base, g.arch, tp, tp * data_parallel_size if expert_parallel else 0, data_parallel_size
         )
@@ -226,6 +229,8 @@ def size_pool(
         )
         # The sparse-attention models' top-k index buffer, built with the model
         pad += dsa.topk_indices_bytes(base, max_num_batched_tokens, tp)
+        if sparse_mla_shard_q:  # (vLLM 0.34.0's ShardQ exchange buffers, built with the model)
+            pad += dsa.shardq_bytes(base, g.arch, kv_cache_dtype, tp, max_num_batched_tokens, max_num_seqs)
         if pad:
             m = dataclasses.replace(m, weight_bytes=m.param_bytes + pad)
             gpu_weights = m.param_bytes
@@ -283,6 +288,7 @@ def size_pool(
             cudagraph_memory_bytes=cudagraph_memory_bytes,
             blackwell=datacenter_blackwell(g.arch),
             peer_link=g.peer_bandwidth > 0,
+            cudagraph_grid=cudagraph_capture_grid,
         )
         if num_blocks is not None:
             budget = math.floor(g.memory_bytes * gpu_memory_utilization)
