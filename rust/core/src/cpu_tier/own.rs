@@ -291,6 +291,15 @@ impl CpuTier {
         false
     }
 
+    /// `complete_store_run(hi, lo, n)` of the store of request `hi`'s own run of handle `h` (the
+    /// engine's `What::Own`): `complete_own`, else the general completion it leaves to its caller.
+    #[inline]
+    pub(crate) fn complete_own_store(&mut self, h: u32, hi: u64, lo: u64, n: u64) {
+        if !self.complete_own(h, hi, lo, n) {
+            self.complete_store_run(hi, lo, n);
+        }
+    }
+
     /// `finish_unnamed(hi)` of request `hi` whose own run has handle `h`: true if its ready run retired
     /// to the lane (the span its re-ranking makes, as `finish_unnamed` retires a group's); else false,
     /// and the caller's `finish_unnamed` decides (the run, if still own, demoted first).

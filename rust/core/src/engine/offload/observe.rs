@@ -32,10 +32,8 @@ impl Engine<'_> {
         {
             let (k, row) = (job.k, job.row);
             tier.stores.clear();
-            let hi = super::private_hi(row);
-            if !tier.cpu.complete_own(h, hi, lo, n) {
-                tier.cpu.complete_store_run(hi, lo, n);
-            }
+            tier.cpu
+                .complete_own_store(h, super::private_hi(row), lo, n);
             self.tier_hot.min_end = i64::MAX;
             self.store_seen(k, row, n);
             return true;
@@ -170,10 +168,8 @@ impl Engine<'_> {
         lo: u64,
         n: u64,
     ) {
-        let hi = super::private_hi(row);
-        if !tier.cpu.complete_own(h, hi, lo, n) {
-            tier.cpu.complete_store_run(hi, lo, n);
-        }
+        tier.cpu
+            .complete_own_store(h, super::private_hi(row), lo, n);
         self.store_seen(k, row, n);
     }
 
