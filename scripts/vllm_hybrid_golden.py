@@ -604,8 +604,8 @@ def record(name: str, sc: dict[str, Any], async_scheduling: bool = False) -> dic
     return {"name": name, "vllm": vllm_version(), **sc, "steps": steps}
 
 
-# Scenarios also recorded under vLLM's `AsyncScheduler` (`async_<name>.json`): those whose groups kvsim's
-# `async_scheduling` rule covers (windows, local chunks, states without prefix caching).
+# Scenarios also recorded under vLLM's `AsyncScheduler` (`async_<name>.json`): windows, local chunks, states
+# without prefix caching, and every Mamba align scenario.
 ASYNC_SCENARIOS = [
     "swa_full_sharing",
     "gpt_oss_like_pressure",
@@ -613,6 +613,7 @@ ASYNC_SCENARIOS = [
     "chunked_local_full",
     "window_only_model",
     "mamba_full_no_caching",
+    *(name for name in SCENARIOS if name.startswith("mamba_align")),
 ]
 
 

@@ -1,14 +1,16 @@
 """Asynchronous scheduling for a hybrid model (DESIGN.md §Engine, "Asynchronous scheduling", "A hybrid
-model's windows free a step later"): both engines agree on random hybrid layouts, workloads and tiny pools
-with the rule on; cases worked by hand from vLLM 0.33.0's `KVCacheManager.allocate_slots` (its
-`remove_skipped_blocks` on `num_computed_tokens - num_in_flight_tokens`); Mamba groups with prefix caching
-stay refused by name."""
+model's windows free a step later" and "A hybrid pool keys what has arrived"): both engines agree on random
+hybrid layouts (Mamba groups in align mode included), workloads and tiny pools with the rule on; cases worked
+by hand from vLLM 0.33.0's `KVCacheManager.allocate_slots` (its `remove_skipped_blocks` on
+`num_computed_tokens - num_in_flight_tokens`, its keys capped at `request.num_tokens`) and
+`Scheduler.update_from_output` (`cache_blocks` when a step's sampled token arrives)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 from hypothesis import given
 
@@ -16,6 +18,7 @@ import kvsim
 from kvsim.engine.cluster import router_spec
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.layers import Layer, MambaState
+from kvsim.model.segments import output_id
 from kvsim.workloads import Workload
 from tests.test_dp_groups import assert_backends_agree
 from tests.test_engine_differential import assert_same, workloads
@@ -24,13 +27,7 @@ from tests.test_streaming import assert_stream_equals_whole
 
 
 def asynchronous(cfg: kvsim.SimConfig) -> kvsim.SimConfig:
-    """`cfg` with the rule on; a layout with Mamba groups with prefix caching off (align mode is refused)."""
-    layout = cfg.pool.layout
-    if layout is not None and layout.mamba_align:
-        # (the retention interval was drawn as a multiple of the align layout's scheduler block)
-        return cfg.replace(
-            enable_prefix_caching=False, prefix_cache_retention_interval=0, async_scheduling=True
-        )
+    """`cfg` with the rule on (Mamba groups in align mode included)."""
     return cfg.replace(async_scheduling=True)
 
 
@@ -166,16 +163,65 @@ def test_a_finisher_s_window_and_a_schedule_made_again_after_an_empty_batch(back
     assert a_sync.group_by("step").len().rows() == [(1, 23)]
 
 
-def test_mamba_groups_with_prefix_caching_stay_refused_by_name():
+def test_mamba_groups_with_prefix_caching_take_the_rule():
+    """vLLM's align mode (prefix caching on a Mamba hybrid) takes the rule; a CPU tier stays refused."""
     state = MambaState(conv_channels=64, conv_width=3, ssm_heads=4, ssm_per_head=208)
     model = toy([Layer("mamba", state=state), Layer("full")], "ssm")
     cfg = kvsim.SimConfig(model=model, num_blocks=200, block_size=16, enable_prefix_caching=True)
-    with pytest.raises(InvalidArgumentError, match="not modelled for Mamba groups with prefix caching"):
-        cfg.replace(async_scheduling=True)
-    # Without prefix caching a state's one block spans max_model_len: nothing is ever skipped, so it runs.
-    off = cfg.replace(enable_prefix_caching=False, async_scheduling=True)
-    w = Workload(arrival=[0.0, 0.0], prompt_len=[50, 70], output_len=[5, 4])
-    assert_same(w, off)
-    # A window beside the states is taken, the states' refusal naming the knob.
-    swa = toy([Layer("sliding_window", 32), Layer("full")], "swa")
-    assert kvsim.SimConfig(model=swa, num_blocks=200, block_size=16, async_scheduling=True).async_scheduling
+    assert cfg.pool.layout.mamba_align
+    on = cfg.replace(async_scheduling=True)
+    w = Workload(arrival=[0.0, 0.0, 0.002], prompt_len=[50, 70, 90], output_len=[5, 4, 6])
+    assert_same(w, on)
+    with pytest.raises(InvalidArgumentError, match="not modelled with a CPU tier"):
+        cfg.replace(async_scheduling=True, kv_offloading_chunks=4)
+
+
+WIDE = toy([Layer("sliding_window", 4096), Layer("full")], "wide-window")
+
+
+def _quoting(arrival: float, output_len: int) -> tuple[kvsim.SimConfig, Workload]:
+    """A (a 30-token prompt, `output_len` tokens, stopping at its limit) at 0, B at `arrival` quoting A's
+    prompt and its first two output tokens (32 tokens: two blocks of 16) before 10 of its own. A window
+    wider than any prompt beside full attention, every block keyed (retention None): both groups key and
+    hit as full attention does."""
+    cfg = kvsim.SimConfig(
+        model=WIDE, num_blocks=100, block_size=16, async_scheduling=True, prefix_cache_retention_interval=None
+    )
+    w = Workload(
+        arrival=[0.0, arrival],
+        output_len=[output_len, 3],
+        max_tokens=[output_len, 3],
+        seg_offsets=[0, 1, 4],
+        segment_id=np.array([1, 1, output_id(0), 2], dtype=np.uint64),
+        segment_len=[30, 30, 2, 10],
+    )
+    return cfg, w
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_decode_s_block_is_keyed_once_its_token_arrives(backend):
+    """Ticks of 1 ms. A prefills at step 0 (sampling its output 0, token 30), computes token 30 at step 1
+    (sampling token 31) and token 31 at step 2: block 1 (tokens 16-31) is full with step 2. vLLM 0.33.0
+    under `AsyncScheduler`: step 2 is scheduled at 1 ms, while step 1 runs, so A's `request.num_tokens` is
+    31 (token 31 has not come back) and `allocate_slots` keys up to min(32, 31) tokens: block 1 stays
+    unkeyed; step 3's schedule (at 2 ms) keys it (min(33, 32)), in the running phase, before the waiting
+    one. So B arriving at 1 ms (scheduled into step 2) hits 16 tokens, and at 2 ms (step 3) 32; kvsim keyed
+    block 1 at step 2's allocation before this rule, 32 either way."""
+    for arrival, hit, start in ((0.001, 16, 2), (0.002, 32, 3)):
+        cfg, w = _quoting(arrival, 20)
+        res = kvsim.simulate(w, cfg, backend=backend)
+        assert res.requests["cached_tokens"].to_list() == [0, hit]
+        assert list(res.raw.first_scheduled) == [0, start * 10**9]
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_finisher_keys_its_last_block_before_it_is_freed(backend):
+    """A stops at its limit of 3 tokens: step 2 computes token 31 (block 1 full) and samples its last. That
+    allocation keys up to 31 tokens (token 31 in flight, as above); step 3's schedule passes A over (no
+    allocation), and step 2's output arriving after it runs `update_from_output`'s `cache_blocks` at
+    `num_computed_tokens - num_in_flight_tokens` = 32 before A is freed: block 1 goes back keyed, and B (at
+    10 ms, A long gone) hits 32 tokens. Without that key, block 1 would be freed unkeyed and B hit 16."""
+    cfg, w = _quoting(0.01, 3)
+    res = kvsim.simulate(w, cfg, backend=backend)
+    assert res.requests["cached_tokens"].to_list() == [0, 32]
+    assert list(res.raw.finish) == [3 * 10**9, 13 * 10**9]

@@ -179,10 +179,9 @@ def test_the_knob_is_off_by_default_and_refused_where_not_modelled():
         with pytest.raises(InvalidArgumentError, match="async_scheduling") as err:
             kvsim.SimConfig(num_blocks=100, async_scheduling=True, **knobs)
         assert named in str(err.value)
-    # (a hybrid model's windows take it, Mamba groups in align mode do not: tests/test_async_hybrid.py)
+    # (a hybrid model takes it, Mamba groups in align mode included: tests/test_async_hybrid.py)
     ssm = toy([Layer("mamba", state=STATE), Layer("full")], "ssm")
-    with pytest.raises(InvalidArgumentError, match="not modelled for Mamba groups with prefix caching"):
-        kvsim.SimConfig(model=ssm, num_blocks=200, block_size=16, async_scheduling=True)
+    assert kvsim.SimConfig(model=ssm, num_blocks=200, block_size=16, async_scheduling=True).async_scheduling
 
 
 @given(workloads(max_requests=30), async_configs(), st.integers(1, 31))

@@ -111,21 +111,6 @@ def timed(sc: dict) -> list[tuple[int, dict]]:
     return [(step.get("t", j), step) for j, step in enumerate(sc["steps"])]
 
 
-# Recordings whose block ids part from kvsim's by a departure (DESIGN.md §Engine, "Asynchronous
-# scheduling": vLLM keys a block a decode fills when the token arrives, a step after kvsim keys it): there
-# the decisions are compared (tokens scheduled, each group's table length, free blocks), not the ids.
-KEY_LAG = {
-    # Request 2's decode at step 7 fills block 11 (full group); step 8 preempts it. kvsim keyed 11 at its
-    # step-7 allocation and frees it to the free queue's tail; vLLM had not (step 7's token had not come
-    # back) and frees it unkeyed to the head, where step 10's allocations take it.
-    "async_gpt_oss_like_pressure",
-}
-
-
-def shapes(tables: dict[str, list[list[int]]]) -> dict[str, list[int]]:
-    return {r: [len(g) for g in t] for r, t in tables.items()}
-
-
 @pytest.mark.parametrize("name", SCENARIOS)
 @pytest.mark.parametrize("backend", ["rust", "reference"])
 def test_kvsim_makes_vllms_decisions(name, backend):
@@ -139,19 +124,12 @@ def test_kvsim_makes_vllms_decisions(name, backend):
         round(t * 1000): f // cfg.engine_block_size
         for t, f in zip(ts["time_s"], ts["free_tokens"], strict=True)
     }
-    ids_differ = False
     for ms, step in timed(sc):
         theirs = {r: [[b for b in g if b != 0] for g in t] for r, t in step["tables"].items()}
         if not step["scheduled"]:
             continue
-        if name in KEY_LAG:
-            assert shapes(ours.get(ms, {})) == shapes(theirs), f"step {ms}: kvsim {ours.get(ms)} vs {theirs}"
-            ids_differ = ids_differ or ours.get(ms, {}) != theirs
-        else:
-            assert ours.get(ms, {}) == theirs, f"step {ms}: kvsim {ours.get(ms)} vs vLLM {theirs}"
+        assert ours.get(ms, {}) == theirs, f"step {ms}: kvsim {ours.get(ms)} vs vLLM {theirs}"
         assert free_by_ms[ms] == step["free_blocks"], f"step {ms}: free blocks"
-    # (an exempted recording that came out equal block for block needs its exemption no more)
-    assert ids_differ == (name in KEY_LAG)
     # Per request: the step vLLM first scheduled it, and every request finished.
     first: dict[int, int] = {}
     for ms, step in timed(sc):

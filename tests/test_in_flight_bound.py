@@ -106,13 +106,10 @@ def test_the_cli_carries_three_states(capsys):
         assert main([*args, *flags]) == 0
         out = json.loads(capsys.readouterr().out)
         assert out["config"]["async_scheduling"] is value
-    # A Mamba model with prefix caching (vLLM's align mode) is refused by name; a sliding window is taken.
-    nemotron = ["run", "--model", "nemotron-3-nano-30b-a3b", "--gpu", "h200", "--async-scheduling"]
-    assert main([*nemotron, "--requests", "2"]) == 2
-    assert (
-        "async_scheduling True is not modelled for Mamba groups with prefix caching"
-        in capsys.readouterr().err
-    )
+    # A Mamba model with prefix caching (vLLM's align mode) and a sliding window take the rule.
+    nemotron = ["run", "--model", "nemotron-3-nano-30b-a3b", *args[3:], "--async-scheduling"]
+    assert main(nemotron) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["async_scheduling"] is True
     gemma = ["run", "--model", "gemma-3-27b", *args[3:], "--async-scheduling"]
     assert main(gemma) == 0
     assert json.loads(capsys.readouterr().out)["config"]["async_scheduling"] is True

@@ -92,9 +92,11 @@ def test_the_default_replays_a_0_19_run_with_the_rule_and_the_sync_flag_without(
 
 
 def test_a_run_the_rule_is_not_modelled_for_says_so_and_replays_synchronously(monkeypatch):
-    """A vLLM 0.19.0 run whose configuration `SimConfig` refuses the rule for (Mamba groups with prefix
-    caching, a CPU tier, a prefill pool) is replayed from `queued_ts` without it, and its sentence says why;
-    none of the three runs is such (each is replayed with the rule)."""
+    """A vLLM 0.19.0 run whose configuration `SimConfig` refuses the rule for (a CPU tier, a prefill pool) is
+    replayed from `queued_ts` without it, and its sentence says why; none of the three runs is such (each is
+    replayed with the rule). No run's configuration brings either today (`validate_runs.config` reads
+    neither), so the refusal is `SimConfig`'s own, raised through a config that asks for a CPU tier; a
+    Mamba model with prefix caching (vLLM's align mode), refused until 2026-12-07, takes the rule."""
     n = 8
     t = np.arange(n, dtype=float)
     run = v.Run(
@@ -112,11 +114,21 @@ def test_a_run_the_rule_is_not_modelled_for_says_so_and_replays_synchronously(mo
         queued=t,
         sent=t,
     )
+    import kvsim.analysis.validate_runs as vr
+
+    assert v.async_replay(run)[1]
+    real = vr.config
+
+    def with_a_tier(run: v.Run, time_model: str, async_scheduling: bool = False):
+        return real(run, time_model, async_scheduling).replace(kv_offloading_chunks=64)
+
+    monkeypatch.setattr(vr, "config", with_a_tier)
     replayed, rule, note = v.async_replay(run)
     assert replayed is run
     assert not rule
     assert "kvsim does not model the rule for this run" in note
-    assert "Mamba groups with prefix caching" in note
+    assert "not modelled with a CPU tier" in note
+    monkeypatch.undo()
     # (an error of the run's own config, the rule aside, is not taken for the rule's refusal)
     import dataclasses
 

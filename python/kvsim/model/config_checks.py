@@ -249,8 +249,7 @@ class ConfigChecks:
 
     def _check_async(self) -> None:
         """Refuses `async_scheduling` where kvsim does not model it (DESIGN.md §Engine, "Asynchronous
-        scheduling"): vLLM v0's rules (which it never had), Mamba groups in align mode (prefix caching on), a
-        CPU tier, a prefill pool."""
+        scheduling"): vLLM v0's rules (which it never had), a CPU tier, a prefill pool."""
         if not self.async_scheduling:
             return
         what = "async_scheduling True"
@@ -265,13 +264,6 @@ class ConfigChecks:
                 raise InvalidArgumentError(
                     f"{what} takes vLLM v1's rules: {knob} {value!r} does not apply (only {v1!r})"
                 )
-        layout = self.pool.layout
-        if layout is not None and layout.mamba_align and any(g.kind == "mamba" for g in layout.groups):
-            name = getattr(self.model, "name", self.model)
-            raise InvalidArgumentError(
-                f"{what} is not modelled for Mamba groups with prefix caching (vLLM's mamba_cache_mode "
-                f"'align'; {name} has {layout.describe()}): enable_prefix_caching=False runs it"
-            )
         if self.kv_offloading_chunks:
             raise InvalidArgumentError(f"{what} is not modelled with a CPU tier (kv_offloading_size)")
         if self.prefill_replicas:

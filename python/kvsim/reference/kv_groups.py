@@ -537,6 +537,11 @@ class HybridKVCacheManager:
             self._requests[request_id], segments, num_tokens, num_cache, checkpoint
         )
 
+    def cache_to(self, request_id: int, segments: Sequence[tuple[int, int]], num_tokens: int) -> None:
+        """The request's blocks up to `num_tokens` take their keys (vLLM's `cache_blocks` in
+        `update_from_output` under asynchronous scheduling, when a step's sampled tokens arrive)."""
+        self._cache(self._requests[request_id], segments, num_tokens)
+
     def cache_loaded(
         self, request_id: int, segments: Sequence[tuple[int, int]], num_tokens: int
     ) -> list[tuple[int, int, int, int]]:

@@ -113,6 +113,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
         self.running: list[Seq] = []
         self.async_prev = -1
         self.retiring: list[Seq] = []
+        self.flight_sampled: list[tuple[Seq, int]] = []
         self.planned: list[tuple[Seq, int]] = []  # a rank of a DP group: the step `group_plan` scheduled
         self.init_tier()
         self.c = dict.fromkeys(COUNTERS, 0)

@@ -43,7 +43,7 @@ class Group(State):
                 continue  # (its schedule again at the clock, the group step's start)
             if scheduled:
                 self.log_schedule(scheduled)
-                if self.retiring:
+                if self.retiring or self.flight_sampled:
                     self.release_retiring()  # async_scheduling: after the schedule, as `step`
                 self.planned = scheduled
                 return self.step_time_apart(scheduled), sum(n for _, n in scheduled)

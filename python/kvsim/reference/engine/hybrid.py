@@ -103,7 +103,7 @@ class Hybrid(State):
         checkpoint = kv.needs_checkpoint(s.num_computed, end, s.num_tokens, s.prompt_len)
         if kv.need(s.idx, end, None, s.num_computed, checkpoint=checkpoint) + watermark > kv.num_free_blocks:
             return None
-        new = kv.grow(s.idx, s.segments(), end, end, checkpoint)
+        new = kv.grow(s.idx, s.segments(), end, min(end, self.known_tokens(s)), checkpoint)
         self.log_group_allocations(s, new)
         s.num_computed = end
         return new
@@ -130,6 +130,24 @@ class Hybrid(State):
         if self.async_prev >= 0 and s.flight_step == self.c["num_steps"] - 1:
             return s.num_computed - s.flight_tokens
         return s.num_computed
+
+    def known_tokens(self, s: Seq) -> int:
+        """`s`'s tokens the scheduler knows (vLLM's `request.num_tokens`, which caps the keys an allocation
+        sets): under `async_scheduling`, while the step before this schedule runs and it sampled a token of
+        `s`, all but that one (DESIGN.md §Engine, "Asynchronous scheduling"); otherwise all."""
+        if self.async_prev >= 0 and s.last_step == self.c["num_steps"] - 1:
+            return s.num_tokens - 1
+        return s.num_tokens
+
+    def settle_keys(self) -> None:
+        """async_scheduling: the step in flight's outputs arrive; each sequence it sampled that still holds
+        its blocks keys them up to the tokens it had computed then (vLLM's `update_from_output`: `cache_blocks`
+        at `num_computed_tokens - num_in_flight_tokens` for a running request's sampled token, a finisher's
+        too, before it is freed; a request preempted meanwhile is skipped, its output stale)."""
+        for s, computed in self.flight_sampled:
+            if s.idx in self.hkv:
+                self.hkv.cache_to(s.idx, s.segments(), computed)
+        self.flight_sampled = []
 
     def hybrid_remove_skipped(self, s: Seq, computed: int | None = None) -> None:
         """The blocks `s`'s windows left behind at `computed` tokens (its computed tokens if None) freed

@@ -164,7 +164,7 @@ class Running(State):
                 raise InternalError(f"no progress at time {self.t} ps")
             return
         self.log_schedule(scheduled)
-        if self.retiring:
+        if self.retiring or self.flight_sampled:
             self.release_retiring()  # async_scheduling: the step in flight's outputs arrive after the schedule
         dt = self.step_time(scheduled)
         if tier:
@@ -194,8 +194,11 @@ class Running(State):
         c["sum_batched_tokens"] += sum(k for _, k in scheduled)
         c["peak_batch"] = max(c["peak_batch"], len(scheduled))
         done = []
+        settle = self.hybrid and self.cfg.async_scheduling and self.cfg.enable_prefix_caching
         for s, _ in scheduled:
             if s.num_computed == s.num_tokens and not s.done:  # (done: async_scheduling's discarded token)
+                if settle:
+                    self.flight_sampled.append((s, s.num_computed))
                 self.note_token(s, step)
                 self.sampled += 1
                 s.generated += 1
@@ -233,8 +236,11 @@ class Running(State):
             self.observe()
 
     def release_retiring(self) -> None:
-        """async_scheduling: the requests that finished in the step in flight free their seats and blocks
-        (in the order they finished) once the next step is scheduled; one a preemption freed only leaves."""
+        """async_scheduling: the step in flight's outputs arrive once the next step is scheduled: in a hybrid
+        pool the sequences it sampled key their blocks (`settle_keys`), then the requests that finished in it
+        free their seats and blocks (in the order they finished); one a preemption freed only leaves."""
+        if self.flight_sampled:
+            self.settle_keys()
         for s in self.retiring:
             if not s.freed:
                 self.release(s)

@@ -41,6 +41,9 @@ class State:
     # seats and blocks until the next step is scheduled.
     async_prev: int
     retiring: list[Seq]
+    # async_scheduling, a hybrid pool with prefix caching: the sequences the step in flight sampled and the
+    # tokens each had computed then, whose blocks take their keys when its outputs arrive (`settle_keys`).
+    flight_sampled: list[tuple[Seq, int]]
     # Preempted by swapping (a sequence, or a group's running members): their blocks are in the CPU pool.
     swapped: deque[list[Seq]]
     cpu_used: int
@@ -105,6 +108,7 @@ class State:
         def hybrid_split(self, s: Seq, start: int, num_new: int, junction: int) -> int: ...
         def hybrid_connector_finished(self, s: Seq) -> None: ...
         def hybrid_release(self, s: Seq) -> None: ...
+        def settle_keys(self) -> None: ...
         def hybrid_state(self) -> tuple[int, int, list[int], int]: ...
 
         # running.py

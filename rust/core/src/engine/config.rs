@@ -334,8 +334,8 @@ pub struct EngineConfig {
     pub skip_over_budget: bool,
     /// vLLM's asynchronous scheduling (DESIGN.md §Engine, "Asynchronous scheduling"): each step is
     /// scheduled when the step before it starts, with the arrivals up to then, and the requests that
-    /// finish in a step keep their seats and blocks through the next step's schedule. vLLM v1's rules on
-    /// one engine only (refused with a v0 rule, a hybrid model or a CPU tier); the engine takes full steps.
+    /// finish in a step keep their seats and blocks through the next step's schedule. vLLM v1's rules
+    /// only (refused with a v0 rule or a CPU tier); the engine takes full steps.
     pub async_scheduling: bool,
     /// Blocks an admission (a waiting or preempted sequence's, or a swap-in) leaves free.
     pub watermark_blocks: u64,
@@ -446,11 +446,10 @@ impl EngineConfig {
             && (self.policy != Policy::Vllm
                 || self.preemption != Preemption::Recompute
                 || self.one_free_block
-                || self.groups.as_ref().is_some_and(Groups::align)
                 || self.tier.is_some())
         {
             invalid_arg!(
-                "async_scheduling takes vLLM v1's rules: policy 'vllm', preemption 'recompute', append_check 'exact', no Mamba groups in align mode (prefix caching on), no CPU tier"
+                "async_scheduling takes vLLM v1's rules: policy 'vllm', preemption 'recompute', append_check 'exact', no CPU tier"
             );
         }
         if self.num_blocks < 2 {

@@ -28,6 +28,9 @@ pub(super) struct HybridSeq {
     /// before any, as the reference's `Seq.flight_step`) and its tokens there (DESIGN.md §Engine,
     /// "Asynchronous scheduling": `Engine::settled`).
     pub(super) flight: (i128, u64),
+    /// `async_scheduling`: the steps committed when it last sampled a token (0: never;
+    /// `Engine::known_tokens`).
+    pub(super) sampled: i128,
 }
 
 impl Default for HybridSeq {
@@ -233,6 +236,7 @@ impl Engine<'_> {
     pub(super) fn hybrid_grow(&mut self, k: usize, num_new: u64, watermark: u64) -> bool {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let settled = self.settled(k);
+        let known = self.known_tokens(k); // (the keys' cap)
         self.hybrid_remove_skipped_at(k, settled);
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
@@ -269,7 +273,7 @@ impl Engine<'_> {
             &mut hs.keys,
             &s.segs,
             end,
-            end,
+            end.min(known),
             checkpoint,
             &mut self.step_keys,
             &mut self.group_new,
@@ -333,6 +337,75 @@ impl Engine<'_> {
             }
             _ => s.num_computed,
         }
+    }
+
+    /// `k`'s tokens the scheduler knows (vLLM's `request.num_tokens`, which caps the keys an allocation
+    /// sets): under `async_scheduling`, while the step before this schedule runs and it sampled a token of
+    /// `k`, all but that one (DESIGN.md §Engine, "Asynchronous scheduling"); otherwise all.
+    fn known_tokens(&self, k: usize) -> u64 {
+        let s = &self.slab[k];
+        match s.hybrid.as_deref() {
+            Some(hs) if self.async_prev >= 0 && hs.sampled == self.out.counters.num_steps => {
+                s.num_tokens() - 1
+            }
+            _ => s.num_tokens(),
+        }
+    }
+
+    /// `async_scheduling`, after a step's sampling: the sequences it sampled, with the tokens each has
+    /// computed (`flight_sampled`, keyed when its outputs arrive: `settle_keys`).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn note_flight_sampled(&mut self) {
+        if !matches!(&self.mem, Memory::Paged(pool) if pool.enable_caching()) {
+            return;
+        }
+        let steps = self.out.counters.num_steps; // (this step's committed)
+        let sampling = self.step - 1; // (`finish_step`'s, which `note_token` stamps)
+        for i in 0..self.scheduled.len() {
+            let k = self.scheduled[i].0;
+            let s = &mut self.slab[k];
+            let num_computed = s.num_computed;
+            let sampled = s.generated > 0 && s.itl_last == sampling;
+            let Some(hs) = s.hybrid.as_deref_mut() else {
+                continue;
+            };
+            if sampled {
+                hs.sampled = steps;
+                self.flight_sampled.push((k, num_computed));
+            }
+        }
+    }
+
+    /// `async_scheduling`: the step in flight's outputs arrive; each sequence it sampled that still holds
+    /// its blocks keys them up to the tokens it had computed then (vLLM's `update_from_output`:
+    /// `cache_blocks` at `num_computed_tokens − num_in_flight_tokens` for a running request's sampled
+    /// token, a finisher's too, before it is freed; a request preempted meanwhile is skipped, its output
+    /// stale).
+    pub(super) fn settle_keys(&mut self) {
+        let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
+        let Memory::Paged(pool) = &mut self.mem else {
+            unreachable!("hybrid pools are paged")
+        };
+        for &(k, computed) in &self.flight_sampled {
+            let s = &mut self.slab[k];
+            s.sync_output();
+            let Some(hs) = s.hybrid.as_deref_mut() else {
+                continue;
+            };
+            if hs.tables.tables.is_empty() {
+                continue; // (preempted since: no blocks)
+            }
+            groups.cache_to(
+                pool,
+                &mut hs.tables,
+                &mut hs.keys,
+                &s.segs,
+                computed,
+                &mut self.step_keys,
+            );
+        }
+        self.flight_sampled.clear();
     }
 
     /// `hybrid_remove_skipped` at `computed` tokens (a growth's settled ones, `settled`).

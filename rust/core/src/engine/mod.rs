@@ -91,6 +91,9 @@ pub struct Engine<'a> {
     /// slots) keep their seats and blocks until the next step is scheduled.
     async_prev: i64,
     async_done: Vec<usize>,
+    /// ... in a hybrid pool with prefix caching, the sequences the step in flight sampled and the tokens
+    /// each had computed then, keyed when its outputs arrive (`settle_keys`).
+    flight_sampled: Vec<(usize, u64)>,
     scheduled: Vec<(usize, u64)>,
     /// Waiting sequences skipped in this step's waiting phase (`skip_over_budget`), in skip order.
     skipped: Vec<usize>,
@@ -239,6 +242,7 @@ impl<'a> Engine<'a> {
             running: Vec::new(),
             async_prev: -1,
             async_done: Vec::new(),
+            flight_sampled: Vec::new(),
             scheduled: Vec::new(),
             skipped: Vec::new(),
             hits: Vec::new(),

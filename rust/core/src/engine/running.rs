@@ -254,6 +254,9 @@ impl Engine<'_> {
                 }
             }
         }
+        if self.cfg.async_scheduling && self.cfg.groups.is_some() {
+            self.note_flight_sampled();
+        }
         self.retire_done();
     }
 
@@ -365,9 +368,13 @@ impl Engine<'_> {
         self.done.clear();
     }
 
-    /// `async_scheduling`: the requests that finished in the step in flight free their seats and blocks
-    /// (in the order they finished) once the next step is scheduled; one a preemption freed only leaves.
+    /// `async_scheduling`: the step in flight's outputs arrive once the next step is scheduled: in a hybrid
+    /// pool the sequences it sampled key their blocks (`settle_keys`), then the requests that finished in
+    /// it free their seats and blocks (in the order they finished); one a preemption freed only leaves.
     pub(super) fn release_async_done(&mut self) {
+        if !self.flight_sampled.is_empty() {
+            self.settle_keys(); // (a hybrid pool's: the sampled tokens' blocks keyed first)
+        }
         if self.async_done.is_empty() {
             return;
         }

@@ -181,6 +181,20 @@ impl Groups {
         self.cache(pool, req, cache, segs, num_tokens, keyed, true);
     }
 
+    /// The request's blocks up to `num_tokens` take their keys (vLLM's `cache_blocks` in
+    /// `update_from_output` under asynchronous scheduling, when a step's sampled tokens arrive).
+    pub fn cache_to(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        cache: &mut KeyCache,
+        segs: &[Segment],
+        num_tokens: u64,
+        keyed: &mut StepKeys,
+    ) {
+        self.cache(pool, req, cache, segs, num_tokens, keyed, false);
+    }
+
     /// A new request's tables: its hits, those a window skipped as of `done` tokens as null blocks
     /// (`req` reset, its vectors' buffers kept).
     fn take_hits(
