@@ -42,6 +42,7 @@ impl Default for HybridSeq {
             next_stores: Vec::new(),
             landed: Vec::new(),
             flight: (-1, 0),
+            sampled: 0,
         }
     }
 }
