@@ -588,7 +588,9 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     engine's time, which moves to a batch's end when the engine waits for it, and to the next arrival when
     nothing is queued or in flight. Recorded per batch that computed tokens: its start `t`, the tokens
     scheduled, every request's table as the schedule left it, the loads and stores issued since the batch
-    before that computed, the chunks in the tier, and the blocks free."""
+    before that computed, the chunks in the tier, and the blocks free; and per batch launched, empty ones
+    too (`batches`, in launch order), the tokens scheduled, the loads and stores it issued, the requests
+    its schedule preempted and those whose finish it passed to the connector (`finished_req_ids`)."""
     from collections import deque
 
     from vllm.sampling_params import SamplingParams
@@ -608,6 +610,7 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     pending = list(enumerate(sc["requests"]))
     arrivals: dict[int, float] = {}
     steps: list[dict[str, Any]] = []
+    batches: list[dict[str, Any]] = []  # every batch launched, empty ones too
     loads: list[list[Any]] = []
     stores: list[list[Any]] = []
     flushes = preemptions = 0
@@ -629,6 +632,15 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             stores += [[j.req_id, len(j.dst_spec.block_ids)] for j in meta.store_jobs.values()]
             computes = out.total_num_scheduled_tokens > 0
             preemptions += len(out.preempted_req_ids or ())
+            batches.append(
+                {
+                    "scheduled": dict(out.num_scheduled_tokens),
+                    "loads": [[j.req_id, len(j.src_spec.block_ids)] for j in meta.load_jobs.values()],
+                    "stores": [[j.req_id, len(j.dst_spec.block_ids)] for j in meta.store_jobs.values()],
+                    "preempted": sorted(out.preempted_req_ids or (), key=int),
+                    "finished": sorted(out.finished_req_ids, key=int),
+                }
+            )
             start = max(now, gpu_free)
             output, flushed, end = worker.run(batch, meta, start, start + (1 if computes else 0))
             flushes += flushed
@@ -690,6 +702,7 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         "trailing": {"loads": loads, "stores": stores},
         "flushes": flushes,
         "preemptions": preemptions,
+        "batches": batches,
     }
 
 

@@ -102,3 +102,33 @@ def test_synchronous_kvsim_parts_from_vllms_asynchronous_record(backend):
         assert r in sc["steps"][j - 1]["scheduled"]  # its step was in flight at this schedule
         assert r not in vllm["scheduled"]  # not scheduled, blocks kept
         assert r not in nxt["tables"]  # preempted at the next schedule
+
+
+def _batches(name: str) -> tuple[list[dict], list[set[str]]]:
+    b = load(name)["batches"]
+    return b, [set(x["scheduled"]) for x in b]
+
+
+def test_the_records_follow_the_written_rule():
+    """DESIGN.md's rule, read off vLLM's records batch by batch (every batch launched, empty ones too): a
+    load's completion reaches the scheduler after the next batch was scheduled, so its request runs two
+    batches after the load (synchronously: one); a finisher reaches the connector (`finished_req_ids`) two
+    batches after its last (synchronously: one); a preempted request was never scheduled in the batch
+    before, which is in flight (`defer_block_free`; synchronously a request preempts itself, the running
+    tail, in the step after it ran)."""
+    load_gaps, finish_gaps, victims = [], [], 0
+    for name in SCENARIOS:
+        batches, sched = _batches(name)
+        for k, b in enumerate(batches):
+            for r, _ in b["loads"]:
+                load_gaps.append(next(m for m in range(k, len(batches)) if r in sched[m]) - k)
+            for r in b["finished"]:
+                finish_gaps.append(k - max(m for m in range(k) if r in sched[m]))
+            for r in b["preempted"]:
+                assert r not in sched[k - 1], (name, k, r)
+                victims += 1
+    assert load_gaps
+    assert set(load_gaps) == {2}, load_gaps
+    assert finish_gaps
+    assert set(finish_gaps) == {2}, finish_gaps
+    assert victims >= 1
