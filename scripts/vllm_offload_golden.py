@@ -22,6 +22,16 @@ computed tokens it records the tokens each request was scheduled, every request'
 and stores issued since the step before (request and chunks) and the chunks in the tier.
 `tests/test_offload_golden.py` replays each scenario on both of kvsim's engines. kvsim never imports
 vLLM: CI reads the files only.
+
+`ASYNC_SCENARIOS` are also recorded under vLLM's `AsyncScheduler` (`record_async`: the engine core's batch
+queue of two, transfers of zero duration) into another folder, the one the async files live in:
+
+    PYTHONPATH=/tmp/ah_vllm033 /tmp/venv-vllm034/bin/python scripts/vllm_offload_golden.py \
+        tests/data/vllm_offload_async async_store_then_load ...
+
+(the names `async_<scenario>`; with no names it records every scenario into the one folder).
+`tests/test_offload_async_golden.py` holds them as the evidence of the refusal of `async_scheduling` with a
+tier (DESIGN.md §Engine, "Asynchronous scheduling", *With a CPU tier*).
 """
 
 from __future__ import annotations
@@ -293,7 +303,7 @@ def _model_dir() -> Path:
     return model_dir
 
 
-def _scheduler(sc: dict[str, Any]) -> Any:
+def _scheduler(sc: dict[str, Any], async_scheduling: bool = False) -> Any:
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -310,7 +320,7 @@ def _scheduler(sc: dict[str, Any]) -> Any:
         max_num_batched_tokens=sc["max_num_batched_tokens"],
         max_model_len=MAX_MODEL_LEN,
         enable_chunked_prefill=True,
-        async_scheduling=False,
+        async_scheduling=async_scheduling,
         is_encoder_decoder=False,
     )
     cc = CacheConfig(
@@ -338,6 +348,10 @@ def _scheduler(sc: dict[str, Any]) -> Any:
         kv_cache_groups=[KVCacheGroupSpec(["f0"], spec)],
     )
     vc.cache_config.num_gpu_blocks = n
+    if async_scheduling:
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+        return AsyncScheduler(vc, kvc, StructuredOutputManager(vc), block_size=bs, hash_block_size=bs)
     return Scheduler(vc, kvc, StructuredOutputManager(vc), block_size=bs, hash_block_size=bs)
 
 
@@ -543,6 +557,155 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Scenarios also recorded under vLLM's `AsyncScheduler` with the engine core's batch queue of two
+# (`async_<name>.json`, `record_async`), transfers of zero duration.
+ASYNC_SCENARIOS = [
+    "store_then_load",
+    "pending_store_defers",
+    "being_loaded_defers",
+    "tier_full",
+    "preempt_with_store_in_flight",
+    "whole_prompt_loaded",
+    "hit_fences_finished_store",
+    "two_blocks_per_chunk_load",
+    "random_0",
+    "random_1",
+    "random_2",
+    "random_3",
+]
+
+
+def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
+    """vLLM 0.33.0's `EngineCore.step_with_batch_queue` (`vllm/v1/engine/core.py`) with a queue of two over
+    the `AsyncScheduler` and the `OffloadingConnector`: while the scheduler has requests (or the connector
+    jobs) a batch is scheduled and launched, empty or not; the engine waits for the oldest batch in flight
+    (and feeds its outputs to `update_from_output`) when two are queued, or when the batch just launched
+    computed nothing and the scheduler has nothing more. The worker (`Worker`, transfers of zero duration)
+    runs each batch at its launch, in order: a load is done in the batch that issued it, a store in the
+    batch after, a flushed store in its own; the batch's `KVConnectorOutput` reaches the scheduler with its
+    outputs, after the next batch was scheduled. A batch that computes lasts 1 ms, an empty one none;
+    requests join the scheduler (`_process_input_queue`) before each schedule, those with `arrival <=` the
+    engine's time, which moves to a batch's end when the engine waits for it, and to the next arrival when
+    nothing is queued or in flight. Recorded per batch that computed tokens: its start `t`, the tokens
+    scheduled, every request's table as the schedule left it, the loads and stores issued since the batch
+    before that computed, the chunks in the tier, and the blocks free; and per batch launched, empty ones
+    too (`batches`, in launch order), the tokens scheduled, the loads and stores it issued, the requests
+    its schedule preempted and those whose finish it passed to the connector (`finished_req_ids`)."""
+    from collections import deque
+
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    assert not sc.get("latency_ms"), "zero-duration transfers only"
+    assert not sc.get("ms_per_block"), "zero-duration transfers only"
+    init_none_hash(sha256)
+    s = _scheduler(sc, async_scheduling=True)
+    connector = s.connector.connector_scheduler
+    manager = connector.manager
+    hasher = get_request_block_hasher(sc["block_size"], sha256)
+    worker = Worker()
+    pending = list(enumerate(sc["requests"]))
+    arrivals: dict[int, float] = {}
+    steps: list[dict[str, Any]] = []
+    batches: list[dict[str, Any]] = []  # every batch launched, empty ones too
+    loads: list[list[Any]] = []
+    stores: list[list[Any]] = []
+    flushes = preemptions = 0
+    queue: deque[tuple[Any, Any, dict[str, bool], float]] = deque()
+    now = 0.0  # the engine's time
+    gpu_free = 0.0  # when the last batch launched ends
+    batch = 0
+    for _ in range(2000):
+        for rid, r in list(pending):
+            if r[0] <= now:
+                params = SamplingParams(max_tokens=r[2], ignore_eos=True)
+                s.add_request(Request(str(rid), token_ids(r[1]), params, None, block_hasher=hasher))
+                arrivals[rid] = now
+                pending.remove((rid, r))
+        if s.has_requests() or connector._jobs:
+            out = s.schedule()
+            meta = out.kv_connector_metadata
+            loads += [[j.req_id, len(j.src_spec.block_ids)] for j in meta.load_jobs.values()]
+            stores += [[j.req_id, len(j.dst_spec.block_ids)] for j in meta.store_jobs.values()]
+            computes = out.total_num_scheduled_tokens > 0
+            preemptions += len(out.preempted_req_ids or ())
+            batches.append(
+                {
+                    "scheduled": dict(out.num_scheduled_tokens),
+                    "loads": [[j.req_id, len(j.src_spec.block_ids)] for j in meta.load_jobs.values()],
+                    "stores": [[j.req_id, len(j.dst_spec.block_ids)] for j in meta.store_jobs.values()],
+                    "preempted": sorted(out.preempted_req_ids or (), key=int),
+                    "finished": sorted(out.finished_req_ids, key=int),
+                }
+            )
+            start = max(now, gpu_free)
+            output, flushed, end = worker.run(batch, meta, start, start + (1 if computes else 0))
+            flushes += flushed
+            batch += 1
+            gpu_free = end
+            if computes:
+                coordinator = s.kv_cache_manager.coordinator
+                steps.append(
+                    {
+                        "t": start,
+                        **({"end": end} if end != start + 1 else {}),
+                        "scheduled": dict(out.num_scheduled_tokens),
+                        "tables": {
+                            r: [b.block_id for b in coordinator.get_blocks(r)[0]]
+                            for r in sorted(s.requests, key=int)
+                            if coordinator.get_blocks(r)[0]
+                        },
+                        "loads": loads,
+                        "stores": stores,
+                        "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
+                        "free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
+                    }
+                )
+                loads, stores = [], []
+            # A request whose scheduled tokens reach its end samples a token (vLLM's `is_prefill_chunk`).
+            sampled = {r: not s.requests[r].is_prefill_chunk for r in out.num_scheduled_tokens}
+            queue.appendleft((out, output, sampled, end))
+            if len(queue) < 2 and (computes or s.has_requests() or connector._jobs):
+                continue
+        elif not queue:
+            if not pending:
+                break
+            now = max(now, min(r[0] for _, r in pending))
+            continue
+        out, output, sampled, end = queue.pop()
+        now = max(now, end)
+        ids = list(out.num_scheduled_tokens)
+        tokens = []
+        for r in ids:
+            req = s.requests.get(r)
+            n = req.num_output_tokens if req is not None else 0
+            tokens.append([900_000 + int(r) * 1000 + n] if sampled[r] else [])
+        mro = ModelRunnerOutput(
+            req_ids=ids,
+            **req_id_to_index(ModelRunnerOutput, ids),
+            sampled_token_ids=tokens,
+            kv_connector_output=output,
+        )
+        s.update_from_output(out, mro)
+    else:
+        raise RuntimeError(f"async_{name}: did not finish")
+    return {
+        "name": f"async_{name}",
+        "vllm": vllm_version(),
+        **sc,
+        "async_scheduling": True,
+        "arrivals": [arrivals[i] for i in range(len(sc["requests"]))],
+        "steps": steps,
+        "trailing": {"loads": loads, "stores": stores},
+        "flushes": flushes,
+        "preemptions": preemptions,
+        "batches": batches,
+    }
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[1] if len(argv) > 1 else "tests/data/vllm_offload")
     out.mkdir(parents=True, exist_ok=True)
@@ -553,6 +716,12 @@ def main(argv: list[str]) -> int:
         data = record(name, sc)
         (out / f"{name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
         print(f"{name}: {len(data['steps'])} steps, {data['flushes']} flushes")
+    for name in ASYNC_SCENARIOS:
+        if only and f"async_{name}" not in only:
+            continue
+        data = record_async(name, SCENARIOS[name])
+        (out / f"async_{name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
+        print(f"async_{name}: {len(data['steps'])} steps, {data['flushes']} flushes")
     return 0
 
 
