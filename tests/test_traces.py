@@ -370,21 +370,24 @@ def test_one_suffix_map_reads_every_table_format(tmp_path: Path) -> None:
     assert not is_trace_file(str(tmp_path / "t.tsv"))
 
 
-def test_the_table_loader_takes_the_trace_readers_by_public_names() -> None:
-    """`trace_table` reads `traces`' readers and checks through their public names (the seam the traces'
-    module docstring lists), none of its private ones."""
+@pytest.mark.parametrize("reader", ["trace_table", "trace_chunks"])
+def test_the_table_loader_takes_the_trace_readers_by_public_names(reader: str) -> None:
+    """`trace_table` and the chunked readers read `traces`' readers and checks through their public names
+    (the seam the traces' module docstring lists), none of its private ones."""
     import ast
+    import importlib
 
-    from kvsim.workloads import trace_table, traces
+    from kvsim.workloads import traces
 
-    tree = ast.parse(Path(trace_table.__file__).read_text())
+    module = importlib.import_module(f"kvsim.workloads.{reader}")
+    tree = ast.parse(Path(module.__file__ or "").read_text())
     taken = [
         alias.name
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module == "kvsim.workloads.traces"
         for alias in node.names
     ]
-    assert len(taken) > 10
+    assert len(taken) > 10 or reader == "trace_chunks"
     assert [n for n in taken if n.startswith("_")] == []
     assert all(f"`{n}`" in (traces.__doc__ or "") or n == "MOONCAKE_BLOCK" for n in taken), taken
     attributes = [
@@ -393,3 +396,5 @@ def test_the_table_loader_takes_the_trace_readers_by_public_names() -> None:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "traces"
     ]
     assert [a for a in attributes if a.startswith("_")] == []
+    assert all(f"`{a}`" in (traces.__doc__ or "") or a == "MOONCAKE_BLOCK" for a in attributes), attributes
+    assert taken or attributes

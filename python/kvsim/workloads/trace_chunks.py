@@ -130,7 +130,7 @@ def iter_mooncake(
     first = int_arg("first_request_id", first_request_id)
 
     def load(piece: Path, done: int) -> Workload:
-        return traces._load_mooncake(
+        return traces.read_mooncake(
             piece, on_error=on_error, first_request_id=first + done, block_size=block_size
         )
 
@@ -153,7 +153,7 @@ def iter_azure(
     starts: list[int] = []
 
     def scan(piece: Path, done: int) -> np.ndarray:
-        ns = traces._azure_columns(piece, on_error)[0]
+        ns = traces.azure_columns(piece, on_error)[0]
         if len(ns):
             starts.append(int(ns.min()))
         return ns
@@ -164,8 +164,8 @@ def iter_azure(
         start = min(starts) if starts else 0
 
         def load(piece: Path, done: int) -> Workload:
-            ns, inp, out, skipped = traces._azure_columns(piece, on_error)
-            return traces._azure_workload(piece, ns, inp, out, skipped, start, first + done)
+            ns, inp, out, skipped = traces.azure_columns(piece, on_error)
+            return traces.azure_workload(piece, ns, inp, out, skipped, start, first + done)
 
         yield from _as_chunks(p, rows, _pieces(p, "csv", rows, load))
 

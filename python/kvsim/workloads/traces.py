@@ -22,7 +22,8 @@ The readers and checks the generic table loader (`kvsim.workloads.trace_table`) 
 `json_record`, `get_field`), the field rules (`to_int`, `to_time`, `hash_row`, `hash_fast`,
 `hash_segments`), the dates (`is_date`, `azure_ns`, `date_stamps`, `datetime_ns`, `datetime_row_ns`,
 `stamp_text`), the line loop (`line_loop`) and what a loaded file says (`trace_meta`, `first_ids`,
-`require_rows`, `no_rows_error`, `arrival_field`); the rest is the loaders' own.
+`require_rows`, `no_rows_error`, `arrival_field`), and the loaders' parts the chunked readers run a
+piece at a time (`read_mooncake`, `azure_columns`, `azure_workload`); the rest is the loaders' own.
 """
 
 from __future__ import annotations
@@ -350,11 +351,11 @@ def load_mooncake(
             every line skipped: line 1, field "timestamp").
         InvalidArgumentError: a missing file or a bad option.
     """
-    w = _load_mooncake(path, on_error=on_error, first_request_id=first_request_id, block_size=block_size)
+    w = read_mooncake(path, on_error=on_error, first_request_id=first_request_id, block_size=block_size)
     return require_rows(w, "timestamp")
 
 
-def _load_mooncake(
+def read_mooncake(
     path: str | PathLike[str],
     *,
     on_error: str = "raise",
@@ -524,13 +525,13 @@ def load_azure(path: str | PathLike[str], *, on_error: str = "raise", first_requ
     """
     check_on_error(on_error)
     p = existing_file(path)
-    ns, inp, out, skipped = _azure_columns(p, on_error)
+    ns, inp, out, skipped = azure_columns(p, on_error)
     if not len(ns):
         raise no_rows_error(p, "TIMESTAMP", skipped)
-    return _azure_workload(p, ns, inp, out, skipped, int(ns.min()), first_request_id)
+    return azure_workload(p, ns, inp, out, skipped, int(ns.min()), first_request_id)
 
 
-def _azure_columns(p: Path, on_error: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def azure_columns(p: Path, on_error: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Integer-nanosecond stamps, prompt and output lengths of an Azure file, and the rows skipped."""
     fast = _azure_fast(p)
     if fast is not None:
@@ -563,7 +564,7 @@ def _azure_columns(p: Path, on_error: str) -> tuple[np.ndarray, np.ndarray, np.n
     )
 
 
-def _azure_workload(
+def azure_workload(
     p: Path,
     ns: np.ndarray,
     inp: np.ndarray,
