@@ -565,7 +565,13 @@ def record(name: str, sc: dict[str, Any], async_scheduling: bool = False) -> dic
         )
         hasher = get_request_block_hasher(sched_bs, sha256)
         steps = _drive_async(s, sc, hasher, Request, SamplingParams, ModelRunnerOutput)
-        return {"name": f"async_{name}", "vllm": vllm_version(), **sc, "async_scheduling": True, "steps": steps}
+        return {
+            "name": f"async_{name}",
+            "vllm": vllm_version(),
+            **sc,
+            "async_scheduling": True,
+            "steps": steps,
+        }
     s = Scheduler(vc, kvc, StructuredOutputManager(vc), block_size=sched_bs, hash_block_size=sched_bs)
     hasher = get_request_block_hasher(sched_bs, sha256)
     pending = list(enumerate(sc["requests"]))
