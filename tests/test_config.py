@@ -195,11 +195,14 @@ def test_knobs_table_is_every_field_and_its_default():
         "kv_offloading_ps_per_block",
         "max_num_seqs",
         "max_num_batched_tokens",
+        "gpu_memory_utilization",
     )
     for name in FIELDS:
         if name in (*derived, "extra"):
             continue
         assert getattr(cfg, name) == KNOBS[name].default, name
+    # Unset, the share is vLLM 0.34.0's resolved one: 0.92 where the pool is not sized from measured memory.
+    assert (KNOBS["gpu_memory_utilization"].default, cfg.gpu_memory_utilization) == (None, 0.92)
     # Unset batch limits without a GPU are vLLM's defaults on a small GPU (its LLM class): 8192 and 256.
     assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (8192, 256)
     assert cfg.time_model == "ticks"  # auto without a model and a GPU

@@ -834,11 +834,13 @@ def test_the_0_34_preset_is_the_latest_rules_with_0_34s_four_changes():
         new = SimConfig.preset("vllm-0.34", **sized)
         assert new == SimConfig(**sized, **changed)
         differ = {f.name for f in fields if getattr(new, f.name) != getattr(latest, f.name)}
-        # (and what the block's size derives: the pool, a block's time on the host link)
+        # (and what the block's size derives: the pool, a block's time on the host link; and the unset share,
+        # 1.0 where measured sizing is on)
         derived = {"block_size", "num_blocks", "swap_ps_per_block", "kv_offloading_ps_per_block"}
+        derived |= {"gpu_memory_utilization"}
         assert set(changed) <= differ <= {*changed, *derived}, differ
     gpu = SimConfig.preset("vllm-0.34", model="llama-3.1-8b", gpu="h100-80gb")
-    assert (gpu.block_size, gpu.resolved_gpu_memory_utilization) == (64, 1.0)
+    assert (gpu.block_size, gpu.gpu_memory_utilization) == (64, 1.0)
     assert SimConfig.preset("vllm-0.34", num_blocks=64, watermark=0.01).watermark == 0.01
 
 

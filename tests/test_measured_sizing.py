@@ -51,7 +51,7 @@ def test_the_formula_is_vllms():
 def test_the_default_is_profiled_and_nothing_changes():
     assert KNOBS["kv_cache_sizing"].default == "profiled"
     c = SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
-    assert (c.kv_cache_sizing, c.resolved_gpu_memory_utilization, c.pool.measured) == ("profiled", 0.92, None)
+    assert (c.kv_cache_sizing, c.gpu_memory_utilization, c.pool.measured) == ("profiled", 0.92, None)
     assert len(c.pool.figures.lines()) == 3
     assert c == SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="profiled")
 
@@ -78,7 +78,7 @@ def test_llama_3_1_8b_on_an_h100_by_hand():
     margin = max(GIB, int(0.75 * a))
     assert margin == int(0.75 * a)  # (A is 1.9 GiB)
     kv = t - (w + n + g) - margin - a
-    assert meas.resolved_gpu_memory_utilization == 1.0
+    assert meas.gpu_memory_utilization == 1.0
     assert p.measured is not None
     assert p.measured.kv_bytes == kv
     assert p.figures.available_kv_bytes == t - w - a - n  # the reservation
@@ -107,8 +107,8 @@ def test_llama_3_1_8b_on_an_h100_by_hand():
 def test_a_utilization_given_caps_the_budget_and_vllm_warns():
     """Given 0.9, the budget 0.9 T − (W + N + G) binds before the headroom less the margin: KV = ceil(0.9 T) −
     (W + N + G) − A, 0.33.0's profiled bytes at 0.9 (kvsim's floor of 0.9 T against vLLM's ceil: at most a
-    byte apart) and G below the reservation, which counts no CUDA graphs; vLLM warns that 0.9 keeps memory out of the cache. kvsim's knob has one default, 0.92, so a
-    0.92 given reads as unset: 1.0 (a listed departure)."""
+    byte apart) and G below the reservation, which counts no CUDA graphs; vLLM warns that 0.9 keeps memory out of the cache. 0.92 given caps it the same
+    way (vLLM's `resolved_gpu_memory_utilization` reads only an unset one as 1.0): ceil(0.92 T) − (W + N + G) − A."""
     c = SimConfig(
         model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured", gpu_memory_utilization=0.9
     )
@@ -130,7 +130,19 @@ def test_a_utilization_given_caps_the_budget_and_vllm_warns():
     given = SimConfig(
         model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured", gpu_memory_utilization=0.92
     )
-    assert given.resolved_gpu_memory_utilization == 1.0
+    assert given.gpu_memory_utilization == 0.92
+    q = given.pool
+    assert q.measured is not None
+    kv92 = (
+        math.ceil(t * 0.92)
+        - (q.weight_bytes + q.non_torch_bytes + q.cudagraph_bytes)
+        - q.activation_reserve_bytes
+    )
+    assert q.measured.kv_bytes == kv92
+    assert given.num_blocks == min(kv92, q.figures.available_kv_bytes) // (16 * 131_072)
+    unset = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured")
+    assert (unset.gpu_memory_utilization, unset.to_dict()["gpu_memory_utilization"]) == (1.0, None)
+    assert given.num_blocks < unset.num_blocks
 
 
 def test_an_mla_model_keeps_three_quarters_of_its_peak_as_margin():
@@ -190,7 +202,7 @@ def test_vllm_turns_it_off_where_the_size_is_given():
     disaggregated fleet is refused (on only with an IMEX channel)."""
     base = {"model": "llama-3.1-8b", "kv_cache_sizing": "measured"}
     kv = SimConfig(gpu="h100-80gb", kv_cache_bytes="20GiB", **base)
-    assert (kv.measured_sizing_on, kv.pool.measured, kv.resolved_gpu_memory_utilization) == (
+    assert (kv.measured_sizing_on, kv.pool.measured, kv.gpu_memory_utilization) == (
         False,
         None,
         0.92,

@@ -166,7 +166,9 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     swap_ps_per_block: int = default("swap_ps_per_block")  # None until derived: always an int after init
     model: Any = default("model")  # noqa: RUF009
     gpu: Any = default("gpu")  # noqa: RUF009
-    gpu_memory_utilization: float = default("gpu_memory_utilization")
+    gpu_memory_utilization: float = default(
+        "gpu_memory_utilization"
+    )  # None until derived: a float after init
     kv_cache_sizing: str = default("kv_cache_sizing")
     kv_cache_bytes: int | None = default("kv_cache_bytes")
     tensor_parallel_size: int = default("tensor_parallel_size")
@@ -207,6 +209,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         self._batch_limits()
         self._check_combinations()
         self._check_parallelism()
+        self._resolve_gpu_memory_utilization()
         self._size()
         self._check_dp_groups()
         self._check_pd_tier()
@@ -431,7 +434,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             self.gpu,
             self.block_size,
             num_blocks=self.num_blocks,
-            gpu_memory_utilization=self.resolved_gpu_memory_utilization,
+            gpu_memory_utilization=self.gpu_memory_utilization,
             kv_cache_bytes=self.kv_cache_bytes,
             activation_reserve_bytes=self.activation_reserve_bytes,
             kv_cache_dtype=self.kv_cache_dtype,
@@ -480,17 +483,15 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         )
         return off is None
 
-    @property
-    def resolved_gpu_memory_utilization(self) -> float:
-        """The share of device memory the pool is sized from: `gpu_memory_utilization`, but 1.0 where the pool
-        is sized from measured memory and it is at its default (vLLM 0.34.0's
-        `CacheConfig.resolved_gpu_memory_utilization`, for an unset one: kvsim's knob has one default, 0.92,
-        so a 0.92 given reads as unset too; DESIGN.md §Defaults and sizing, "Measured sizing")."""
-        from kvsim.model.measured import MEASURED_GPU_MEMORY_UTILIZATION
+    def _resolve_gpu_memory_utilization(self) -> None:
+        """`gpu_memory_utilization` unset: vLLM 0.34.0's `CacheConfig.resolved_gpu_memory_utilization`, 1.0
+        where the pool is sized from measured memory (`measured_sizing_on`) and 0.92 elsewhere; one given is
+        kept (under measured sizing it caps the budget, as in vLLM). `_given` keeps it unset, so `replace`
+        resolves it again (DESIGN.md §Defaults and sizing, "Measured sizing")."""
+        from kvsim.model.measured import resolved_gpu_memory_utilization
 
-        if self.measured_sizing_on and self.gpu_memory_utilization == default("gpu_memory_utilization"):
-            return MEASURED_GPU_MEMORY_UTILIZATION
-        return self.gpu_memory_utilization
+        share = resolved_gpu_memory_utilization(self.gpu_memory_utilization, self.measured_sizing_on)
+        object.__setattr__(self, "gpu_memory_utilization", share)
 
     @property
     def max_in_flight_tokens(self) -> int:

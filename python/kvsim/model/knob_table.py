@@ -509,13 +509,15 @@ KNOBS: dict[str, Knob] = {
         metavar="NAME|PATH",
     ),
     "gpu_memory_utilization": Knob(
-        0.92,
+        None,
         "float",
-        "fraction of GPU memory vLLM may use: vLLM's --gpu-memory-utilization, 0.92 from vLLM 0.20.0 on "
-        "(the presets vllm-0.19 and older set their releases' 0.9)",
+        "fraction of GPU memory vLLM may use: vLLM's --gpu-memory-utilization; unset, as in vLLM 0.34.0, 0.92 "
+        "(vLLM 0.20.0 on) and 1.0 where the pool is sized from measured memory (kv_cache_sizing measured; "
+        "CacheConfig.resolved_gpu_memory_utilization); the presets vllm-0.19 and older set their releases' 0.9",
         lo=0.0,
         hi=1.0,
         open_lo=True,
+        optional=True,
         metavar="FRACTION",
     ),
     "kv_cache_sizing": Knob(
@@ -523,7 +525,7 @@ KNOBS: dict[str, Knob] = {
         "choice",
         "how the pool is sized from a GPU: profiled (vLLM 0.33.0: device memory x gpu_memory_utilization less "
         "the profiled terms) or measured (vLLM 0.34.0's extensible KV cache: what the memory measured after "
-        "warmup holds, less a margin; gpu_memory_utilization at its default reads as unset, 1.0; off, as in "
+        "warmup holds, less a margin; gpu_memory_utilization unset is 1.0; off, as in "
         "vLLM, with kv_cache_bytes or num_blocks given)",
         choices=SIZINGS,
     ),

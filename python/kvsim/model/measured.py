@@ -36,9 +36,20 @@ MARGIN_FLOOR_BYTES_ROCM = 3 << 30
 MARGIN_FRACTION = 0.75
 NON_TORCH_RESERVE_BYTES = 1 << 29
 NON_TORCH_RESERVE_BYTES_ROCM = 2 << 29
-# `CacheConfig.resolved_gpu_memory_utilization` with the extensible cache on and none given.
+# `CacheConfig.resolved_gpu_memory_utilization` (vLLM 0.34.0, `vllm/config/cache.py`) for none given: 1.0
+# with the extensible cache on, else `DEFAULT_GPU_MEMORY_UTILIZATION`, 0.92 (the default from 0.20.0 on).
 MEASURED_GPU_MEMORY_UTILIZATION = 1.0
+PROFILED_GPU_MEMORY_UTILIZATION = 0.92
 SIZINGS = ("profiled", "measured")
+
+
+def resolved_gpu_memory_utilization(given: float | None, measured: bool) -> float:
+    """The share of device memory the pool is sized from, as vLLM 0.34.0's
+    `CacheConfig.resolved_gpu_memory_utilization`: `given` where one is (a cap under measured sizing too),
+    else 1.0 where the pool is sized from measured memory (`measured`) and 0.92 where it is profiled."""
+    if given is not None:
+        return given
+    return MEASURED_GPU_MEMORY_UTILIZATION if measured else PROFILED_GPU_MEMORY_UTILIZATION
 
 
 def measure_kv_cache_bytes(
@@ -219,9 +230,11 @@ __all__ = [
     "MARGIN_FLOOR_BYTES_ROCM",
     "MARGIN_FRACTION",
     "MEASURED_GPU_MEMORY_UTILIZATION",
+    "PROFILED_GPU_MEMORY_UTILIZATION",
     "SIZINGS",
     "MeasuredSizing",
     "measure",
     "measure_kv_cache_bytes",
     "measured_off",
+    "resolved_gpu_memory_utilization",
 ]
