@@ -433,7 +433,10 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
         )
     # vLLM 0.34.0's sizing knobs (DESIGN.md §Presets): measured sizing reads a pool sized from a GPU that
     # vLLM keeps it on for, the default block size a run whose block size is not given.
-    if given("kv_cache_sizing") and not config.measured_sizing_on:
+    # (either value is idle where vLLM keeps the extensible cache off whatever is asked: a pool given in bytes
+    # or blocks, or none sized from a GPU; "profiled" given acts wherever "measured" could)
+    off = None
+    if given("kv_cache_sizing"):
         from kvsim.model.gpus import is_rocm
         from kvsim.model.gpus import resolve as resolve_gpu
         from kvsim.model.measured import measured_off
@@ -448,6 +451,7 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
                 disaggregated=config.prefill_replicas > 0,
             )
         )
+    if off is not None:
         out["kv_cache_sizing"] = (
             f"{spell.value('kv_cache_sizing', config.kv_cache_sizing)} does nothing here: vLLM 0.34.0 sizes "
             f"the pool from measured memory only where it keeps its extensible KV cache on, and {off}; "

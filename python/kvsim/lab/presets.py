@@ -336,6 +336,7 @@ def sliding_window_tier() -> Preset:
         block_size=16,
         kv_offloading_chunks=HYBRID_TIER_CHUNKS,
         kv_offloading_latency_ps=TIER_LATENCY_PS,
+        kv_offloading_hit_junction=False,  # (vLLM 0.33.0's junctions: the replay's, DESIGN.md §Lab)
     )
     names = {SYS_TRAVEL: "sys-travel-agent", THREAD_TURN_1: "thread-42-turn-1"}
     labels = [
@@ -484,6 +485,7 @@ def state_layers_tier() -> Preset:
         gdn_prefill_backend="triton",
         kv_offloading_chunks=STATE_TIER_CHUNKS,
         kv_offloading_latency_ps=TIER_LATENCY_PS,
+        kv_offloading_hit_junction=False,  # (vLLM 0.33.0's junctions: the replay's, DESIGN.md §Lab)
     )
     names = {SYS_RESEARCH: "sys-research-agent", RESEARCH_TURN_1: "thread-7-turn-1"}
     labels = ["Thread 7, turn 1", *[f"Chat #{i + 1}" for i in range(4)], "Thread 7, turn 2"]

@@ -453,6 +453,10 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         kv_offloading_size=None,
         kv_offloading_chunks=0,
         gdn_prefill_backend="triton",
+        # (a CPU tier's hit junction, vLLM 0.34.0's rule and the default, is one the replay cannot find:
+        # `state_hybrid.check_tier_junction`; the lab runs vLLM 0.33.0's, the junction from the GPU lookup
+        # alone, which a model of one group never reaches; DESIGN.md §Lab)
+        kv_offloading_hit_junction=False,
     )
     if tier is not None:
         check_tier_chunks(tier_bytes, paged)  # (before the config refuses it, naming its own field)

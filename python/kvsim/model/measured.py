@@ -88,6 +88,30 @@ def measured_off(*, kv_cache_bytes: bool, num_blocks: bool, rocm: bool, disaggre
     return None
 
 
+def unset_sizing(
+    *,
+    kv_cache_bytes: bool,
+    num_blocks: bool,
+    rocm: bool,
+    disaggregated: bool,
+    v0_pool: bool,
+    activation_reserve: bool,
+) -> str:
+    """`kv_cache_sizing` left unset, as vLLM 0.34.0 settles an unset `enable_extensible_kv_cache`
+    (`VllmConfig._resolve_extensible_kv_cache`, `vllm/config/vllm.py`): "measured" unless it is off there
+    (`measured_off`), or a disaggregated fleet on CUDA (NIXL's connector exports the cache by FABRIC handles,
+    which need an IMEX channel; without one vLLM leaves it off, "Extensible KV cache off: without an IMEX
+    channel, KV transfers within a host (e.g. NIXL) would lose NVLink", and kvsim assumes none), or a knob
+    only the profiled rule reads is given (`pool_null_block` "extra", vLLM v0's pool; `activation_reserve_bytes`,
+    one measured non-KV total): then "profiled"."""
+    off = measured_off(
+        kv_cache_bytes=kv_cache_bytes, num_blocks=num_blocks, rocm=rocm, disaggregated=disaggregated
+    )
+    if off is not None or disaggregated or v0_pool or activation_reserve:
+        return "profiled"
+    return "measured"
+
+
 @dataclass(frozen=True)
 class MeasuredSizing:
     """The terms of a pool sized from measured memory (bytes, one GPU's).
@@ -237,4 +261,5 @@ __all__ = [
     "measure_kv_cache_bytes",
     "measured_off",
     "resolved_gpu_memory_utilization",
+    "unset_sizing",
 ]
