@@ -18,14 +18,17 @@ from kvsim.model.layers import preferred_block_size
 GIB = 1 << 30
 
 
-def test_the_default_is_vllm_0_33s_16_and_nothing_changes():
-    """The knob's default is 0.33.0's 16: a configuration without it is the one before the knob."""
-    assert KNOBS["default_block_size"].default == 16
-    assert SimConfig(num_blocks=100).default_block_size == 16
+def test_the_default_is_vllm_0_34s_64_and_0_33_gives_16():
+    """The knob's default is 0.34.0's 64 (an unset block with no model is it too); `vllm-0.33` sets 16."""
+    assert KNOBS["default_block_size"].default == 64
+    assert SimConfig(num_blocks=100).default_block_size == 64
     c = SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
-    assert (c.block_size, c.default_block_size) == (16, 16)
-    assert c == SimConfig(model="llama-3.1-8b", gpu="h100-80gb", default_block_size=16)
-    assert SimConfig(num_blocks=100).block_size == 16
+    assert (c.block_size, c.default_block_size) == (64, 64)
+    assert c == SimConfig(model="llama-3.1-8b", gpu="h100-80gb", default_block_size=64)
+    assert SimConfig(num_blocks=100).block_size == 64
+    old = SimConfig.preset("vllm-0.33", model="llama-3.1-8b", gpu="h100-80gb")
+    assert (old.block_size, old.default_block_size) == (16, 16)
+    assert SimConfig.preset("vllm-0.33", num_blocks=100).block_size == 16
 
 
 def test_a_backends_preferred_size_is_the_default_where_a_kernel_block_divides_it():
@@ -42,7 +45,7 @@ def test_llama_3_1_8b_on_an_h100_takes_64_token_blocks_of_the_same_memory():
     pool's bytes do not depend on the block size (profiled sizing, as before); a block of 64 tokens is
     64 × 131,072 = 8 MiB, four of 0.33.0's 2 MiB ones, so the pool has a quarter of the blocks (whole ones)."""
     per_token = 32 * 8 * 128 * 2 * 2
-    old = SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
+    old = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", default_block_size=16)
     new = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", default_block_size=64)
     assert new.block_size == 64
     kv = old._pool.kv_cache_bytes
@@ -72,7 +75,7 @@ def test_an_mla_models_backend_takes_64_on_every_gpu(gpu, kv, old_block):
     (every GPU holds it whole under tensor parallelism; fp8 halves it). Under 0.34.0's 64 every MLA backend
     vLLM picks takes 64; the pool is cut into blocks of 64 × 70,272 = 4,497,408 B."""
     base = {"model": "deepseek-v3", "tensor_parallel_size": 8, "max_model_len": 32768, "kv_cache_dtype": kv}
-    old = SimConfig(gpu=gpu, **base)
+    old = SimConfig(gpu=gpu, default_block_size=16, **base)
     new = SimConfig(gpu=gpu, default_block_size=64, **base)
     assert old.block_size == old_block
     assert new.block_size == 64
@@ -103,7 +106,7 @@ def test_a_mamba_hybrids_attention_block_is_aligned_from_64():
         ("h100-80gb", True, 320),
         ("h100-80gb", False, 272),
     ):
-        old = SimConfig(gpu=gpu, enable_prefix_caching=caching, **base)
+        old = SimConfig(gpu=gpu, enable_prefix_caching=caching, default_block_size=16, **base)
         new = SimConfig(gpu=gpu, enable_prefix_caching=caching, default_block_size=64, **base)
         assert old._pool.pool_block_size == old_block
         assert new._pool.pool_block_size == 320 == 64 * -(-state // (64 * 1024))
@@ -118,7 +121,7 @@ def test_granite_4_h_tiny_on_an_h100_starts_its_alignment_from_64():
     """Granite-4.0-H-Tiny on an H100 (Mamba 2 layers: no prefill-checkpoint grid): 400 tokens under 0.33.0's
     16, so its state needs between 385 and 400 tokens of attention page; under 0.34.0's 64 the least multiple
     of 64 that holds it, 448."""
-    old = SimConfig(model="granite-4.0-h-tiny", gpu="h100-80gb", max_model_len=32768)
+    old = SimConfig(model="granite-4.0-h-tiny", gpu="h100-80gb", max_model_len=32768, default_block_size=16)
     new = SimConfig(model="granite-4.0-h-tiny", gpu="h100-80gb", max_model_len=32768, default_block_size=64)
     assert old._pool.pool_block_size == 400
     assert new._pool.pool_block_size == 448 == 64 * -(-400 // 64)
@@ -128,12 +131,14 @@ def test_sparse_attention_blocks_are_their_own_but_rocms_take_the_default():
     """DeepSeek-V3.2 on CUDA: the indexer's 64, either way; on ROCm its AITER sparse backend and indexer take
     blocks of 1 or multiples of 16, so the default itself: 16, or 64. DeepSeek-V4's layout is its own."""
     base = {"model": "deepseek-v3.2", "tensor_parallel_size": 8, "max_model_len": 32768}
-    assert SimConfig(gpu="h200", **base).block_size == 64
+    assert SimConfig(gpu="h200", default_block_size=16, **base).block_size == 64
     assert SimConfig(gpu="h200", default_block_size=64, **base).block_size == 64
-    assert SimConfig(gpu="mi300x", **base).block_size == 16
+    assert SimConfig(gpu="mi300x", default_block_size=16, **base).block_size == 16
     assert SimConfig(gpu="mi300x", default_block_size=64, **base).block_size == 64
     v4 = {"model": "deepseek-v4-flash", "gpu": "b200", "tensor_parallel_size": 4, "max_model_len": 32768}
-    assert SimConfig(default_block_size=64, **v4).num_blocks == SimConfig(**v4).num_blocks
+    assert (
+        SimConfig(default_block_size=64, **v4).num_blocks == SimConfig(default_block_size=16, **v4).num_blocks
+    )
 
 
 def test_rocm_dense_keeps_rocm_attns_16_where_it_serves_the_model():
@@ -160,7 +165,7 @@ def test_rocm_dense_keeps_rocm_attns_16_where_it_serves_the_model():
     assert default_block_size(llama, rdna.arch, "fp8_e5m2", 64) == 16
     assert default_block_size(llama, rdna.arch, "bf16", 64) == 64
     # under 0.33.0's 16, 16 as before
-    assert SimConfig(model="gpt-oss-120b", gpu="mi300x").block_size == 16
+    assert SimConfig(model="gpt-oss-120b", gpu="mi300x", default_block_size=16).block_size == 16
 
 
 def test_a_default_vllm_never_had_is_refused():

@@ -201,8 +201,8 @@ def test_a_hub_id_reads_the_local_hugging_face_cache(tmp_path, monkeypatch):
 def test_vllms_four_startup_figures_for_one_full_attention_group():
     """Model loading = one GPU's weights; Available KV = the sized KV bytes; concurrency = vLLM's blocks
     (kvsim's: the null block one of them, as vLLM v1 counts them) over ceil(L / 16); tokens = int(concurrency
-    x L); under v0's count (`pool_null_block="extra"`) vLLM's blocks are kvsim's less its extra null block."""
-    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", max_model_len=32768)
+    x L); under v0's count (`pool_null_block="extra"`) vLLM's blocks are kvsim's less its extra null block. (vLLM 0.33.0's profiled pool: `vllm-0.33`.)"""
+    cfg = kvsim.SimConfig.preset("vllm-0.33", model="llama-3.1-8b", gpu="h100-80gb", max_model_len=32768)
     fig = cfg.pool.figures
     assert fig.model_loading_bytes == models.get("llama-3.1-8b").loaded_bytes
     assert fig.available_kv_bytes == cfg.pool.kv_cache_bytes
@@ -219,10 +219,10 @@ def test_vllms_four_startup_figures_for_one_full_attention_group():
         f"{fig.max_concurrency:.2f}x"
     )  # one line, as vLLM 0.33.0's update_kv_cache_capacity logs them
     # --kv-cache-memory-bytes skips the profiling: the figure is the bytes given.
-    given = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="20GiB")
+    given = kvsim.SimConfig.preset("vllm-0.33", model="llama-3.1-8b", kv_cache_bytes="20GiB")
     assert given.pool.figures.available_kv_bytes == 20 * GIB
     # --num-gpu-blocks-override: vLLM's num_blocks is the override itself.
-    over = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", num_blocks=5000)
+    over = kvsim.SimConfig.preset("vllm-0.33", model="llama-3.1-8b", gpu="h100-80gb", num_blocks=5000)
     assert over.pool.figures.num_blocks == 5000
 
 
@@ -262,8 +262,8 @@ def test_a_v0_pool_logs_as_vllm_v0_did():
 def test_non_kv_memory_terms_and_enforce_eager():
     """The pool is the share less weights, the activation peak, non-torch memory and CUDA graphs;
     --enforce-eager keeps nothing for graphs; a measured graph figure replaces the estimate; releases before
-    0.20.0 subtracted no graph memory; activation_reserve_bytes replaces all three."""
-    base = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
+    0.20.0 subtracted no graph memory; activation_reserve_bytes replaces all three. (vLLM 0.33.0's profiled pool: `vllm-0.33`.)"""
+    base = kvsim.SimConfig.preset("vllm-0.33", model="llama-3.1-8b", gpu="h100-80gb")
     p = base.pool
     g = gpus.get("h100-80gb")
     assert p.kv_cache_bytes == math.floor(g.memory_bytes * 0.92) - p.weight_bytes - (
@@ -271,21 +271,27 @@ def test_non_kv_memory_terms_and_enforce_eager():
     )
     assert p.non_torch_bytes == memory.NON_TORCH_BYTES
     assert p.cudagraph_bytes == memory.cudagraph_estimate(models.get("llama-3.1-8b"), 1024, 8192) > 0
-    eager = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", enforce_eager=True)
+    eager = kvsim.SimConfig.preset("vllm-0.33", model="llama-3.1-8b", gpu="h100-80gb", enforce_eager=True)
     assert eager.pool.cudagraph_bytes == 0
     assert eager.pool.kv_cache_bytes == p.kv_cache_bytes + p.cudagraph_bytes
-    measured = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", cudagraph_memory_bytes="2GiB")
+    measured = kvsim.SimConfig.preset(
+        "vllm-0.33", model="llama-3.1-8b", gpu="h100-80gb", cudagraph_memory_bytes="2GiB"
+    )
     assert measured.pool.kv_cache_bytes == p.kv_cache_bytes + p.cudagraph_bytes - 2 * GIB
     old = kvsim.SimConfig.preset("vllm-0.19", model="llama-3.1-8b", gpu="h100-80gb")
     assert old.pool.cudagraph_bytes == 0
     # Under tensor parallelism: NCCL's and the custom all-reduce's buffers over NVLink (2.1 GiB measured on
     # H100s), far less over PCIe (an L40S has no peer link).
-    tp = kvsim.SimConfig(model="llama-3.1-70b", gpu="h100-80gb", tensor_parallel_size=4)
+    tp = kvsim.SimConfig.preset("vllm-0.33", model="llama-3.1-70b", gpu="h100-80gb", tensor_parallel_size=4)
     assert tp.pool.non_torch_bytes == memory.NON_TORCH_BYTES_TP_PEER
-    pcie = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", tensor_parallel_size=2, max_model_len=8192)
+    pcie = kvsim.SimConfig.preset(
+        "vllm-0.33", model="llama-3.1-8b", gpu="l40s", tensor_parallel_size=2, max_model_len=8192
+    )
     assert gpus.get("l40s").peer_bandwidth == 0
     assert pcie.pool.non_torch_bytes == memory.NON_TORCH_BYTES_TP
-    total = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", activation_reserve_bytes="3GiB")
+    total = kvsim.SimConfig.preset(
+        "vllm-0.33", model="llama-3.1-8b", gpu="h100-80gb", activation_reserve_bytes="3GiB"
+    )
     assert total.pool.kv_cache_bytes == math.floor(g.memory_bytes * 0.92) - p.weight_bytes - 3 * GIB
 
 
@@ -378,13 +384,23 @@ def _run_json(capsys, argv):
 
 def test_kvsim_run_prints_vllms_four_startup_figures(capsys):
     """The issue's own command: gpt-oss-120b (MXFP4 experts) on one H100 starts, and the run prints vLLM's
-    four start-up lines, the same as the JSON's and the config's."""
+    four start-up lines, the same as the JSON's and the config's. (vLLM 0.33.0's profiled pool: `vllm-0.33`.)"""
     from kvsim.cli import main
 
-    argv = ["run", "--model", "gpt-oss-120b", "--gpu", "h100-80gb", "--requests", "20"]
+    argv = [
+        "run",
+        "--preset",
+        "vllm-0.33",
+        "--model",
+        "gpt-oss-120b",
+        "--gpu",
+        "h100-80gb",
+        "--requests",
+        "20",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    cfg = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb")
+    cfg = kvsim.SimConfig.preset("vllm-0.33", model="gpt-oss-120b", gpu="h100-80gb")
     lines = cfg.pool.figures.lines()
     assert [f"vllm: {line}" for line in lines] == [x for x in out.splitlines() if x.startswith("vllm: ")]
     # 60.77 GiB of weights, 32 MiB of float32 RoPE cache, 0.27 GiB of Triton's float32 biases and padded scales

@@ -75,9 +75,13 @@ def test_qwen3_next_runs_as_vllm_serves_it():
     four start-up figures come out; a request counts 3 blocks per state group with caching (two states and
     the gated delta net's prefill checkpoint, which its FlashInfer prefill kernel on Hopper exports, with
     blocks a multiple of 64 tokens: 576 where 544), one without, so the concurrency is a little lower with
-    it; on A100s (Triton's kernel, no checkpoint) 2 a state group, on 544-token blocks."""
-    off = kvsim.SimConfig(
-        model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2, enable_prefix_caching=False
+    it; on A100s (Triton's kernel, no checkpoint) 2 a state group, on 544-token blocks. (vLLM 0.33.0's profiled pool: `vllm-0.33`.)"""
+    off = kvsim.SimConfig.preset(
+        "vllm-0.33",
+        model="qwen3-next-80b-a3b",
+        gpu="h200",
+        tensor_parallel_size=2,
+        enable_prefix_caching=False,
     )
     fig = off.pool.figures
     m = models.get("qwen3-next-80b-a3b")
@@ -86,14 +90,16 @@ def test_qwen3_next_runs_as_vllm_serves_it():
         fig.model_loading_bytes == -(-(m.param_bytes - rep) // 2) + rep + m.rope_cache_bytes
     )  # (rotary cache whole)
     assert fig.max_concurrency > 1
-    on = kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2)
+    on = kvsim.SimConfig.preset("vllm-0.33", model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel_size=2)
     assert on.pool.layout.mamba_align
     assert [g.cap for g in on.kv_groups if g.kind == "mamba"] == [3, 3, 3]
     blocks = on.pool.layout.blocks_per_request(262_144, on.max_in_flight_tokens)
     assert on.engine_block_size == 576
     assert blocks == -(-262_144 // 576) + 3 * 3
     assert on.pool.figures.max_concurrency < fig.max_concurrency
-    a100 = kvsim.SimConfig(model="qwen3-next-80b-a3b", gpu="a100-80gb", tensor_parallel_size=4)
+    a100 = kvsim.SimConfig.preset(
+        "vllm-0.33", model="qwen3-next-80b-a3b", gpu="a100-80gb", tensor_parallel_size=4
+    )
     assert [g.cap for g in a100.kv_groups if g.kind == "mamba"] == [2, 2, 2]
     assert (
         a100.pool.layout.blocks_per_request(262_144, a100.max_in_flight_tokens)
@@ -365,8 +371,8 @@ def test_gemma_4_with_an_fp8_cache_on_hopper_takes_flashattention_4s_64_token_pa
     block is 64 where it was 16. The sliding layers take it (31B: 16 kv x 256 x 2 x 1 B = 8,192 B a token, a
     page of 524,288 B); the global ones (4 kv x 512 x 2 x 1 B = 4,096 B) unify to 128 tokens for the same
     page. E4B's are the other way (2 kv x 256 x 2 = 1,024 B sliding, 2 kv x 512 x 2 = 2,048 B global): the
-    global layers keep 64, the sliding ones grow to 128. The same bytes a token, 4x larger blocks."""
-    fp8 = kvsim.SimConfig(model=model, gpu="h200", kv_cache_dtype="fp8")
+    global layers keep 64, the sliding ones grow to 128. The same bytes a token, 4x larger blocks. (vLLM 0.33.0's profiled pool: `vllm-0.33`.)"""
+    fp8 = kvsim.SimConfig.preset("vllm-0.33", model=model, gpu="h200", kv_cache_dtype="fp8")
     assert fp8.block_size == 64
     layout = fp8.pool.layout
     assert {(g.kind, g.block_size) for g in layout.groups} == {
@@ -374,9 +380,13 @@ def test_gemma_4_with_an_fp8_cache_on_hopper_takes_flashattention_4s_64_token_pa
         ("full", full_block),
     }
     assert fp8.num_blocks == blocks
-    bf16 = kvsim.SimConfig(model=model, gpu="h200")  # (bf16: FlashAttention 3 takes it at 16 as before)
+    bf16 = kvsim.SimConfig.preset(
+        "vllm-0.33", model=model, gpu="h200"
+    )  # (bf16: FlashAttention 3 takes it at 16 as before)
     assert bf16.block_size == 16
-    b200 = kvsim.SimConfig(model=model, gpu="b200", kv_cache_dtype="fp8")  # (the page rule is 9.x's)
+    b200 = kvsim.SimConfig.preset(
+        "vllm-0.33", model=model, gpu="b200", kv_cache_dtype="fp8"
+    )  # (the page rule is 9.x's)
     assert b200.block_size == 16
     if model == "gemma-4-31b":
         assert layout.bytes_per_block == 10 * 64 * 8_192 == 5_242_880
@@ -413,20 +423,33 @@ def test_gemma_4_26b_a4b_counts_the_moe_block_beside_the_mlp():
 def test_gemma_4_runs_as_vllm_serves_it(capsys):
     """`kvsim run --model gemma-4-... --gpu h100-80gb` prints vLLM's four start-up figures (the 26B A4B at its
     262,144-token context; the 31B's 57 GiB of bf16 weights leave room for 8,192 tokens, and at its own
-    context the run is refused with vLLM's message and numbers)."""
+    context the run is refused with vLLM's message and numbers). (vLLM 0.33.0's profiled pool: `vllm-0.33`.)"""
     from kvsim.cli import main
 
     for model, extra in (("gemma-4-26b-a4b", []), ("gemma-4-31b", ["--max-model-len", "8192"])):
-        argv = ["run", "--model", model, "--gpu", "h100-80gb", "--requests", "10", *extra]
+        argv = [
+            "run",
+            "--preset",
+            "vllm-0.33",
+            "--model",
+            model,
+            "--gpu",
+            "h100-80gb",
+            "--requests",
+            "10",
+            *extra,
+        ]
         assert main(argv) == 0
         out = capsys.readouterr().out
-        cfg = kvsim.SimConfig(model=model, gpu="h100-80gb", **({"max_model_len": 8192} if extra else {}))
+        cfg = kvsim.SimConfig.preset(
+            "vllm-0.33", model=model, gpu="h100-80gb", **({"max_model_len": 8192} if extra else {})
+        )
         lines = cfg.pool.figures.lines()
         assert [f"vllm: {line}" for line in lines] == [x for x in out.splitlines() if x.startswith("vllm: ")]
         assert len(lines) == 3  # the KV cache size and the concurrency on one line, as 0.33.0 logs them
         assert lines[0].startswith("Model loading took ")
         assert len(cfg.pool.layout.groups) == 6
-    assert main(["run", "--model", "gemma-4-31b", "--gpu", "h100-80gb"]) == 2
+    assert main(["run", "--preset", "vllm-0.33", "--model", "gemma-4-31b", "--gpu", "h100-80gb"]) == 2
     assert "estimated maximum model length" in capsys.readouterr().err
 
 

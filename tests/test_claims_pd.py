@@ -186,8 +186,9 @@ def test_the_readmes_pd_sentence_is_the_committed_rows():
     root = Path(__file__).resolve().parents[1]
     text = " ".join((root / "README.md").read_text().split())
     m = re.search(
-        r"on the Mooncake trace's long prompts disaggregation wins ([\d.]+)x under a tight TPOT and falls behind "
-        r"when loose \(([\d.]+)x\); on ShareGPT-like prompts it loses at every level \(([\d.]+)x when tight\)",
+        r"on the Mooncake trace's long prompts disaggregation wins ([\d.]+)x under a tight TPOT and does not win "
+        r"when loose \(([\d.]+)x, within the knees' 5 % precision; [^)]*\); on ShareGPT-like prompts it loses at "
+        r"every level \(([\d.]+)x when tight\)",
         text,
     )
     assert m, "the README's P/D sentence"
@@ -197,7 +198,9 @@ def test_the_readmes_pd_sentence_is_the_committed_rows():
     moon = [r["ratio"] for r in moon_levels]
     share = [r["ratio"] for r in share_levels]
     assert len(moon) == len(share) == 5  # tight first, loose last (`level_index` order)
-    assert moon[0] > 1 > moon[-1]
+    # (under vLLM 0.34.0's defaults the loose ratio came out 1.05x, 0.81x under 0.33.0's: no win beyond the
+    # knees' precision, the claim's margin)
+    assert moon[0] > 1 + claims_pd.WIN_MARGIN >= moon[-1]
     assert max(share) < 1
     assert (f"{moon[0]:.1f}", f"{moon[-1]:.2f}", f"{share[0]:.2f}") == m.groups()
     n = claims_pd.MAX_GPUS

@@ -36,14 +36,16 @@ def test_gpu_memory_utilization_changes_the_pool(capsys):
 
 def test_kv_cache_memory_bytes_and_block_override(capsys):
     base = ["run", "--requests", "20", "--model", "opt-13b", "--gpu", "a100-40gb"]
-    assert _json(capsys, [*base, "--kv-cache-memory-bytes", "12GiB"])["config"]["num_blocks"] == 983
+    # 12 GiB in blocks of 64 (vLLM 0.34.0's default) of 800 KiB a token: 12 × 2^30 // (64 × 819,200) = 245
+    assert _json(capsys, [*base, "--kv-cache-memory-bytes", "12GiB"])["config"]["num_blocks"] == 245
     assert _json(capsys, [*base, "--num-gpu-blocks-override", "300"])["config"]["num_blocks"] == 300
 
 
 def test_every_run_prints_the_pool_line(capsys):
     assert main(["run", "--requests", "20", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]) == 0
     out = capsys.readouterr().out
-    assert "pool: 983 blocks × 16 tokens = 15,728 tokens = 12.0 GiB (kv_cache_bytes 12.0 GiB" in out
+    # (245 blocks of 64 = 15,680 tokens: 12 × 2^30 // (64 × 819,200 B))
+    assert "pool: 245 blocks × 64 tokens = 15,680 tokens = 12.0 GiB (kv_cache_bytes 12.0 GiB" in out
 
 
 def test_tensor_parallel_flag_and_a_model_that_does_not_fit(capsys):
@@ -109,11 +111,12 @@ def test_swap_space_in_gib_and_preemption_mode(capsys):
     argv = ["run", "--requests", "20", "--model", "opt-13b", "--kv-cache-memory-bytes", "12GiB"]
     data = _json(capsys, [*argv, "--swap-space", "4", "--preemption-mode", "swap"])
     assert data["config"]["preemption"] == "swap"
-    assert data["config"]["cpu_blocks"] == 4 * 2**30 // (16 * 819_200)
+    assert data["config"]["cpu_blocks"] == 4 * 2**30 // (64 * 819_200)  # (blocks of 64, the default: 81)
     assert data["config"]["swap_space_bytes"] == "4 GiB"
 
 
-@pytest.mark.parametrize(("text", "blocks"), [("4", 2048), ("1.5", 768), ("1e1", 5120), ("0.5GiB", 256)])
+# (Llama-3-8B's 128 KiB a token in blocks of 64, the default: 8 MiB a block, 128 of them a GiB)
+@pytest.mark.parametrize(("text", "blocks"), [("4", 512), ("1.5", 192), ("1e1", 1280), ("0.5GiB", 64)])
 def test_swap_space_is_gib_as_in_vllm(capsys, text, blocks):
     """vLLM's --swap-space is a float of GiB (int(swap_space * GiB) bytes), whatever the notation."""
     argv = [
@@ -600,7 +603,7 @@ def test_admissions_that_wait_for_blocks_below_a_full_pool_are_not_called_calm(c
     """Prompts of 6,000 tokens (375 blocks) on a pool of 599: one runs, the next one's whole prompt does not
     fit beside it (the full-prompt gate), so requests queue for blocks while the pool peaks at ~65 % with
     nothing preempted. No "not memory-bound" note; twice the pool serves them faster (memory decided)."""
-    argv = ["run", "--requests", "60", "--time-model", "ticks", "--workload"]
+    argv = ["run", "--requests", "60", "--time-model", "ticks", "--block-size", "16", "--workload"]
     argv += ["synthetic:lengths=fixed,prompt_len=6000,output_len=200,arrival_rate=20"]
     small = _json(capsys, [*argv, "--num-gpu-blocks-override", "600"])
     s = small["summary"]
@@ -628,6 +631,8 @@ def test_a_hybrid_pool_is_judged_by_every_groups_blocks(capsys):
         "60",
         "--time-model",
         "ticks",
+        "--block-size",
+        "16",
     ]
     argv += ["--workload", "synthetic:lengths=fixed,prompt_len=6000,output_len=200,arrival_rate=1"]
     small = _json(capsys, [*argv, "--num-gpu-blocks-override", "1100"])

@@ -213,21 +213,27 @@ def test_bare_save_result_is_vllms_flag_with_result_dir(capsys, tmp_path, monkey
     assert "not a folder" in line, line
 
 
-def test_gpu_memory_utilization_default_is_vllm_033s_and_presets_keep_their_own(capsys):
+def test_gpu_memory_utilization_unset_is_the_releases_and_presets_keep_their_own(capsys):
     """vLLM 0.20.0 and later default --gpu-memory-utilization to 0.92 (once kvsim kept 0.9 and a run
-    noted the difference): `kvsim run --gpu` sizes at 0.92 unless a preset of an older release or the
-    flag says otherwise, and no run notes a difference any more."""
+    noted the difference), and 0.34.0 leaves it unset, 1.0 where the pool is sized from measured memory
+    (`CacheConfig.resolved_gpu_memory_utilization`): `kvsim run --gpu` sizes at that unless a preset of an
+    older release or the flag says otherwise (0.92 given caps measured sizing at 0.92), its --json shows the
+    share it sized at, and no run notes a difference any more."""
     argv = ["run", "--requests", "20", "--model", "llama-3-8b", "--gpu", "h100-80gb"]
+    measured = ["--kv-cache-sizing", "measured"]
     for extra, share in (
-        ([], 0.92),
+        (["--kv-cache-sizing", "profiled"], 0.92),
+        (measured, 1.0),
+        ([*measured, "--gpu-memory-utilization", "0.92"], 0.92),
         (["--preset", "vllm-0.19"], 0.9),
         (["--preset", "vllm-v0", "--gpu-memory-utilization", "0.8"], 0.8),
     ):
         data = _json(capsys, [*argv, *extra])
         assert data["config"]["gpu_memory_utilization"] == share, extra
-        preset = extra[1] if extra else "vllm-latest"
+        preset = extra[1] if extra[0] == "--preset" else "vllm-latest"
+        sizing = {"kv_cache_sizing": extra[1]} if extra[0] == "--kv-cache-sizing" else {}
         blocks = kvsim.SimConfig.preset(
-            preset, model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=share
+            preset, model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=share, **sizing
         ).num_blocks
         assert f"{blocks:,} blocks" in data["pool"], data["pool"]
         assert not any("--gpu-memory-utilization" in n for n in data["notes"]), data["notes"]

@@ -218,8 +218,10 @@ def test_the_choice_none_is_a_choice_not_unset(capsys, tmp_path):
 def test_kvsim_run_says_which_gdn_prefill_kernel_it_assumed(capsys):
     """Qwen3-Next without a GPU: the gated delta net's prefill kernel is FlashInfer's (576-token blocks with
     prefix caching) and a note says so and how to choose Triton's; on an H200 nothing is assumed; with
-    --gdn-prefill-backend triton the blocks are 544 tokens and no note."""
+    --gdn-prefill-backend triton the blocks are 544 tokens and no note. (The blocks aligned from vLLM
+    0.33.0's default block of 16; from 0.34.0's 64: tests/test_block_default.py.)"""
     base = ["run", "--requests", "5", "--model", "qwen3-next-80b-a3b", "--workload", "sharegpt"]
+    base += ["--default-block-size", "16"]
     assert main([*base, "--num-gpu-blocks-override", "400"]) == 0
     out = capsys.readouterr().out
     assert "block 576" in out
@@ -374,7 +376,9 @@ def test_the_pool_and_context_knobs_run_where_they_act(capsys, tmp_path):
     """--pool-null-block on a pool sized from memory or given in blocks and --allow-long-max-model-len
     beside a longer --max-model-len change the run (the refusals above are of flags idle there, not
     always), in a sweep too, and an override's note quotes vLLM's own count under either."""
+    # (profiled both: unset, a v0 pool's sizing settles to the profiled rule, the only one it applies to)
     base = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--requests", "3", "--json"]
+    base += ["--kv-cache-sizing", "profiled"]
     assert main(base) == 0
     within = json.loads(capsys.readouterr().out)["config"]["num_blocks"]
     assert main([*base, "--pool-null-block", "extra"]) == 0
@@ -437,6 +441,7 @@ def test_those_flags_run_where_they_act(capsys):
         sizes.append(capsys.readouterr().out.split("\n", 2)[1])
     assert sizes[0] != sizes[1]  # (the towers' memory goes to the KV cache)
     gdn = ["run", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "2", "--requests", "3"]
+    gdn += ["--default-block-size", "16"]  # (the block aligned from 0.33.0's 16)
     assert main([*gdn, "--gdn-prefill-backend", "triton"]) == 0
     assert "block 544" in capsys.readouterr().out  # (no checkpoints: FlashInfer's 64-token grid gone)
     oss = [
@@ -590,15 +595,15 @@ def test_plan_names_the_sizing_flag_that_won_unless_the_search_varies_it(capsys)
             "num_blocks=2000",
             "kv_cache_bytes",
             "--num-gpu-blocks-override 2,000 sizes the pool, not --kv-cache-memory-bytes 12.0 GiB (whose KV "
-            'memory holds 6,144 blocks): vLLM lets the override win (its get_kv_cache_configs logs "Overriding '
-            'num_gpu_blocks=6144 with num_gpu_blocks_override=2000")',
+            'memory holds 1,536 blocks): vLLM lets the override win (its get_kv_cache_configs logs "Overriding '
+            'num_gpu_blocks=1536 with num_gpu_blocks_override=2000")',  # (12 GiB // (64 × 128 KiB))
         ),
         (
             ["--num-gpu-blocks-override", "2000", "--gpu-memory-utilization", "0.5"],
             "num_blocks=2000",
             "gpu_memory_utilization",
             "--num-gpu-blocks-override 2,000 sizes the pool, not --gpu-memory-utilization 0.5 (whose KV memory "
-            "holds 11,111 blocks)",
+            "holds 2,777 blocks)",
         ),
         (
             [
@@ -627,7 +632,10 @@ def test_a_sizing_flag_another_overrides_is_named_not_listed(capsys, flags, used
     notes = [line for line in out.splitlines() if line.startswith("note: ")]
     assert any(line.startswith(f"note: {said}") for line in notes), notes
     sized = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", gpu_memory_utilization=0.5)
-    assert sized.num_blocks == 11111  # (the count the note names is the pool that flag alone sizes)
+    assert sized.num_blocks == 2777  # (the count the note names is the pool that flag alone sizes)
+    # (0.5 binds before the measured headroom, so the bytes are 0.33.0's profiled ones at 0.5, 11,111 blocks
+    # of 16 = 2 MiB: in blocks of 64, 11,111 // 4 = 2,777)
+    assert sized.replace(kv_cache_sizing="profiled", block_size=16).num_blocks // 4 == 2777
 
 
 def test_a_kv_memory_beside_blocks_without_a_model_is_named_not_listed(capsys):
@@ -754,13 +762,26 @@ def test_the_python_dash_m_commands_refuse_in_one_line(module, argv, said):
     assert said in lines[0]
 
 
-def test_the_config_line_shows_a_block_size_other_than_vllms_16(capsys):
-    """An unset block size resolves (16, or an MLA backend's): the line shows it only where it is not vLLM's
-    16 (every line printed `block_size=16` once the knob was derived)."""
+def test_the_config_line_shows_a_block_size_other_than_vllms_default(capsys):
+    """An unset block size resolves (vLLM 0.34.0's 64, or an MLA backend's): the line shows it only where it
+    is not the default block (every line printed `block_size=16` once the knob was derived). DeepSeek-V3 on
+    a B200 under 0.33.0's 16: FlashInfer MLA's 32 (its 32 or 64 offered 16); the unset sizing knobs are not
+    listed either."""
     for argv, shown in (
         (["--model", "llama-3-8b", "--gpu", "h100-80gb"], None),
         (
-            ["--model", "deepseek-v3", "--gpu", "b200", "-tp", "8", "--max-model-len", "32768"],
+            [
+                "--model",
+                "deepseek-v3",
+                "--gpu",
+                "b200",
+                "-tp",
+                "8",
+                "--max-model-len",
+                "32768",
+                "--default-block-size",
+                "16",
+            ],
             "block_size=32,",
         ),
         (["--model", "llama-3-8b", "--gpu", "h100-80gb", "--block-size", "32"], "block_size=32,"),
@@ -768,6 +789,8 @@ def test_the_config_line_shows_a_block_size_other_than_vllms_16(capsys):
         assert main(["run", *argv, "--requests", "5"]) == 0
         (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("config: ")]
         assert (shown in line) if shown else ("block_size" not in line), line
+        assert "gpu_memory_utilization" not in line, line
+        assert "kv_cache_sizing" not in line, line
 
 
 def test_plan_reads_pool_null_block_in_every_memory_search(capsys):

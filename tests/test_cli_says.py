@@ -303,14 +303,14 @@ def test_the_config_line_names_tier_knobs_only_with_a_tier(capsys):
     assert "kv_offloading" not in line
     assert main([*base, "--kv-offloading-size", "4"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("config: "))
-    assert "kv_offloading_chunks=2048" in line
+    assert "kv_offloading_chunks=512" in line  # (4 GiB of 8 MiB blocks: 64 tokens × 128 KiB)
     assert "kv_offloading_ps_per_block=" in line
     assert "kv_offloading_size=4 GiB," in line  # its unit, as vLLM's flag reads it (was a bare 4.0)
     assert main([*base, "--kv-offloading-size", "512MiB"]) == 0
     out = capsys.readouterr().out.splitlines()
     line = next(x for x in out if x.startswith("config: "))
     assert "kv_offloading_size=0.5 GiB," in line
-    assert "kv_offloading_chunks=256" in line
+    assert "kv_offloading_chunks=64" in line  # (512 MiB / 8 MiB)
     # ShareGPT-like prompts share nothing: no load, so no mean wait per load to show (was "0 ms").
     loads = next(x for x in out if x.strip().startswith("loads "))
     assert re.search(
@@ -486,7 +486,8 @@ def test_a_slow_host_link_blames_the_link_and_only_where_a_tier_uses_it(capsys):
     assert main([*argv, "--kv-offloading-size", "4GiB"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err
-    assert "host link (1e+06 B/s) moves a KV block in 2.097 s" in err
+    # (a block of 64 tokens, the default, of 128 KiB each: 8,388,608 B at 10^6 B/s)
+    assert "host link (1e+06 B/s) moves a KV block in 8.389 s" in err
     assert "kv_offloading_ps_per_block 2097152000000" not in err
 
 
@@ -568,6 +569,8 @@ def test_a_hybrid_pools_block_adds_up_and_an_alias_is_named_as_given(capsys):
         "32768",
         "--requests",
         "5",
+        "--block-size",
+        "16",
     ]
     assert main(argv) == 0
     (pool,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pool: ")]

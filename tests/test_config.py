@@ -71,7 +71,7 @@ def test_integral_floats_and_numpy_numbers_are_converted():
 
 
 def test_units_are_accepted_where_a_field_takes_them():
-    cfg = SimConfig(model="opt-13b", kv_cache_bytes="12GiB", iteration_time_ps="1ms")
+    cfg = SimConfig(model="opt-13b", kv_cache_bytes="12GiB", iteration_time_ps="1ms", block_size=16)
     assert cfg.kv_cache_bytes == 12 * 2**30
     assert cfg.num_blocks == 983  # the paper's 15.7K token slots, the null block one of the 983 blocks
     assert cfg.iteration_time_ps == 10**9
@@ -195,24 +195,34 @@ def test_knobs_table_is_every_field_and_its_default():
         "kv_offloading_ps_per_block",
         "max_num_seqs",
         "max_num_batched_tokens",
+        "gpu_memory_utilization",
+        "kv_cache_sizing",
     )
     for name in FIELDS:
         if name in (*derived, "extra"):
             continue
         assert getattr(cfg, name) == KNOBS[name].default, name
+    # Unset, the share is vLLM 0.34.0's resolved one: 0.92 where the pool is not sized from measured memory,
+    # as it is not with num_blocks given (vLLM leaves the extensible cache off under an override).
+    assert (KNOBS["gpu_memory_utilization"].default, cfg.gpu_memory_utilization) == (None, 0.92)
+    assert (KNOBS["kv_cache_sizing"].default, cfg.kv_cache_sizing) == (None, "profiled")
+    sized = SimConfig(model="llama-3-8b", gpu="h100-80gb")
+    assert (sized.kv_cache_sizing, sized.gpu_memory_utilization) == ("measured", 1.0)
     # Unset batch limits without a GPU are vLLM's defaults on a small GPU (its LLM class): 8192 and 256.
     assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == (8192, 256)
     assert cfg.time_model == "ticks"  # auto without a model and a GPU
-    assert cfg.block_size == 16  # unset: vLLM's default (an MLA model on some GPUs: its backend's)
+    assert cfg.block_size == 64  # unset: vLLM 0.34.0's default (an MLA model on some GPUs: its backend's)
     assert SimConfig(model="llama-3-8b", gpu="h100-80gb").time_model == "roofline"
 
 
 # -- issue 13 part 1: sizing -----------------------------------------------------------------------------------
 def test_naming_a_gpu_sizes_the_pool_vllm_s_way():
+    """vLLM 0.33.0's profiled rule (`vllm-0.33`; 0.34.0's measured one, the default, is worked by hand in
+    tests/test_measured_sizing.py)."""
     from kvsim.model.memory import NON_TORCH_BYTES, cudagraph_estimate
     from kvsim.model.sizing import activation_reserve_estimate
 
-    cfg = SimConfig(model="llama-3-8b", gpu="h100-80gb")
+    cfg = SimConfig.preset("vllm-0.33", model="llama-3-8b", gpu="h100-80gb")
     m, g = kvsim.models.get("llama-3-8b"), kvsim.gpus.get("h100-80gb")
     # vllm serve's batch limits on an H100 (8192 tokens, 1024 sequences) size the profiling pass; vLLM also
     # keeps non-torch memory and (0.20.0 on) the CUDA graphs' estimate from the KV cache.
@@ -222,16 +232,18 @@ def test_naming_a_gpu_sizes_the_pool_vllm_s_way():
     assert m.loaded_bytes == m.param_bytes + 2 * 2**20
     kv = math.floor(g.memory_bytes * 0.92) - m.loaded_bytes - reserve  # 0.92: vLLM 0.20.0 on (§Presets)
     assert cfg.num_blocks == kv // (16 * m.kv_bytes_per_token)  # (the null block one of them, as vLLM v1's)
-    half = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.5)
-    high = SimConfig(model="llama-3-8b", gpu="h100-80gb", gpu_memory_utilization=0.95)
+    half = cfg.replace(gpu_memory_utilization=0.5)
+    high = cfg.replace(gpu_memory_utilization=0.95)
     assert half.num_blocks < cfg.num_blocks < high.num_blocks
-    assert (
-        SimConfig(model="llama-3-8b", gpu="h100-80gb", activation_reserve_bytes=0).num_blocks > cfg.num_blocks
-    )
+    assert cfg.replace(activation_reserve_bytes=0).num_blocks > cfg.num_blocks
 
 
 def test_kv_cache_bytes_and_num_blocks_override_the_gpu():
-    assert SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes="12GiB").num_blocks == 983
+    # (12 GiB in blocks of 64, 0.34.0's default: 12 × 2^30 // (64 × 819,200 B) = 245; the paper's 16: 983)
+    assert SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes="12GiB").num_blocks == 245
+    assert (
+        SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes="12GiB", block_size=16).num_blocks == 983
+    )
     assert SimConfig(model="opt-13b", gpu="a100-40gb", num_blocks=77).num_blocks == 77
 
 
@@ -260,8 +272,12 @@ def test_pool_line_says_what_memory_is_simulated():
     line = SimConfig(model="llama-3-8b", gpu="h100-80gb").pool.line()
     assert line.startswith("pool: ")
     n = SimConfig(model="llama-3-8b", gpu="h100-80gb").num_blocks
-    assert f"{n:,} blocks × 16 tokens = {n * 16:,} tokens" in line
-    assert "h100-80gb × 0.92 − 15.0 GiB weights − " in line
+    assert f"{n:,} blocks × 64 tokens = {n * 64:,} tokens" in line  # (0.34.0's block, measured memory)
+    assert "h100-80gb × 1.00 − 15.0 GiB weights − " in line
+    assert (
+        "h100-80gb × 0.92 − 15.0 GiB weights − "
+        in SimConfig.preset("vllm-0.33", model="llama-3-8b", gpu="h100-80gb").pool.line()
+    )
     assert (
         "h100-80gb × 0.90 − "
         in SimConfig.preset("vllm-0.19", model="llama-3-8b", gpu="h100-80gb").pool.line()
@@ -319,19 +335,21 @@ def test_weights_that_load_but_leave_no_kv_memory_get_vllm_s_refusal():
 
 
 def test_a_context_over_the_pool_gets_vllm_s_refusal_and_estimate():
-    """Llama-3.1-8B's 131,072-token context needs 16 GiB of KV; an L4 leaves about 5: vLLM refuses to start
-    and names the longest context that fits, which kvsim's --max-model-len then accepts."""
+    """Llama-3.1-8B's 131,072-token context needs 16 GiB of KV; an L4 leaves about 5: vLLM 0.33.0 refuses to
+    start and names the longest context that fits, which kvsim's --max-model-len then accepts (the profiled
+    pool, `vllm-0.33`: under 0.34.0's measured sizing the check reads the reservation, and the measured
+    blocks may hold less)."""
     path = str(Path(__file__).parent / "data" / "hf" / "llama-3.1-8b.json")
     with pytest.raises(InvalidArgumentError) as info:
-        SimConfig(model=path, gpu="l4")
+        SimConfig.preset("vllm-0.33", model=path, gpu="l4")
     msg = str(info.value)
     assert "To serve at least one request with the model's max seq len (131072), (16.0 GiB KV cache" in msg
     fits = int(msg.split("the estimated maximum model length is ")[1].split(".")[0])
     assert 8192 < fits < 131072
-    cfg = SimConfig(model=path, gpu="l4", max_model_len=fits)
+    cfg = SimConfig.preset("vllm-0.33", model=path, gpu="l4", max_model_len=fits)
     assert cfg.pool.figures.max_concurrency >= 1
     with pytest.raises(InvalidArgumentError, match="max seq len"):
-        SimConfig(model=path, gpu="l4", max_model_len=fits + 16)
+        SimConfig.preset("vllm-0.33", model=path, gpu="l4", max_model_len=fits + 16)
 
 
 def test_tensor_parallel_must_divide_the_heads():
@@ -349,7 +367,7 @@ def test_fp8_kv_cache_doubles_the_tokens():
 
 def test_swap_space_is_converted_to_blocks_with_the_model():
     cfg = SimConfig(model="opt-13b", kv_cache_bytes="12GiB", swap_space_bytes="4GiB", preemption="swap")
-    assert cfg.cpu_blocks == 4 * 2**30 // (16 * 819_200)
+    assert cfg.cpu_blocks == 4 * 2**30 // (64 * 819_200)  # (blocks of 64, 0.34.0's default: 81)
     with pytest.raises(InvalidArgumentError, match="needs a model"):
         SimConfig(num_blocks=10, swap_space_bytes="4GiB")
     v0 = SimConfig.preset("vllm-v0", model="opt-13b", kv_cache_bytes="12GiB")
@@ -532,8 +550,14 @@ def test_a_budget_below_the_context_without_chunked_prefill_is_refused_as_vllm_r
 def test_an_mla_models_unset_block_size_is_its_backends():
     """vLLM 0.33.0 gives an unset --block-size the preferred size of the attention backend it picks
     (`_preferred_block_size_for_backends`): FlashInfer's MLA backend (blocks of 32 or 64) on a B200,
-    FlashMLA's (64) on an H200 with an fp8 KV cache; kvsim kept 16, twice the blocks vLLM allocates."""
-    base = {"model": "deepseek-v3", "tensor_parallel_size": 8, "max_model_len": 32768}
+    FlashMLA's (64) on an H200 with an fp8 KV cache; kvsim kept 16, twice the blocks vLLM allocates. (0.33.0's
+    offered 16, `default_block_size` 16; under 0.34.0's 64: tests/test_block_default.py.)"""
+    base = {
+        "model": "deepseek-v3",
+        "tensor_parallel_size": 8,
+        "max_model_len": 32768,
+        "default_block_size": 16,
+    }
     b200 = SimConfig(gpu="b200", **base)
     assert b200.block_size == 32
     sixteen = SimConfig(gpu="b200", block_size=16, **base)  # (given: kept)
@@ -545,7 +569,7 @@ def test_an_mla_models_unset_block_size_is_its_backends():
     assert SimConfig(gpu="h200", kv_cache_dtype="fp8", **base).block_size == 64
     assert SimConfig(gpu="mi300x", **base).block_size == 16
     assert b200.replace(gpu="h200").block_size == 16  # (derived again, as num_blocks)
-    assert SimConfig(model="llama-3.1-8b", gpu="b200").block_size == 16  # (not MLA)
+    assert SimConfig(model="llama-3.1-8b", gpu="b200", default_block_size=16).block_size == 16  # (not MLA)
     with pytest.raises(InvalidArgumentError, match="fp8_e5m2 on an MLA model"):
         SimConfig(gpu="b200", kv_cache_dtype="fp8_e5m2", **base)
     with pytest.raises(InvalidArgumentError, match="qk_nope_head_dim 1 is not one"):

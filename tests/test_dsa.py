@@ -69,15 +69,16 @@ def _v32() -> dict:
         ("h200", "auto", 64),
         ("b200", "auto", 64),
         ("b200", "fp8", 64),
-        ("mi300x", "auto", 16),
+        ("mi300x", "auto", 64),
     ],
 )
 def test_block_size_when_unset(gpu, kv, block):
     """The indexer takes kernel blocks of 64 tokens only on CUDA, so vLLM 0.33.0 picks 64 there (no GPU named:
-    vLLM's CUDA wheel); ROCm keeps 16."""
+    vLLM's CUDA wheel); ROCm keeps the block offered: 0.34.0's 64, 0.33.0's 16."""
     sized = {"gpu": gpu} if gpu else {"num_blocks": 1000}
     cfg = kvsim.SimConfig(model="deepseek-v3.2", kv_cache_dtype=kv, tensor_parallel_size=8, **sized)
     assert cfg.block_size == block
+    assert cfg.replace(default_block_size=16).block_size == (16 if gpu == "mi300x" else block)
 
 
 @pytest.mark.parametrize(
@@ -451,9 +452,10 @@ def test_an_fp8_cache_on_hopper_is_flashmlas_656_byte_entry():
     bf16 only), whose cache dtype becomes fp8_ds_mla: 656 bytes a token a layer beside the indexer's 132,
     blocks of 64; the same KV memory holds 1,284 / 788 times the bf16 pool's tokens."""
     assert DS_MLA == 656
+    # (0.33.0's profiled pool, whose bytes these counts are: `vllm-0.33`)
     base = dict(model="deepseek-v3.2", gpu="h200", tensor_parallel_size=8)
-    fp8 = kvsim.SimConfig(**base, kv_cache_dtype="fp8")
-    bf16 = kvsim.SimConfig(**base)
+    fp8 = kvsim.SimConfig.preset("vllm-0.33", **base, kv_cache_dtype="fp8")
+    bf16 = kvsim.SimConfig.preset("vllm-0.33", **base)
     assert fp8.kv_cache_dtype == "fp8_ds_mla"
     assert fp8.block_size == 64
     assert fp8.pool.layout.bytes_per_block == 64 * 61 * (DS_MLA + INDEX) == 3_076_352
@@ -550,6 +552,7 @@ def test_kvsim_run_with_an_fp8_cache_on_h200(capsys):
     from kvsim.cli import main
 
     argv = ["run", "--model", "deepseek-v3.2", "--gpu", "h200", "-tp", "8", "--kv-cache-dtype", "fp8"]
+    argv += ["--preset", "vllm-0.33"]  # (the pool of test_an_fp8_cache_on_hopper_is_flashmlas_656_byte_entry)
     assert main([*argv, "--requests", "50"]) == 0
     out = capsys.readouterr().out
     assert "pool: 14,306 blocks × 64 tokens = 915,584 tokens = 41.0 GiB" in out

@@ -178,14 +178,15 @@ def test_preemption_while_prefilling_in_chunks(backend):
 # 12 GiB / (16 tokens * 819,200 B) = 983.04 -> 983 usable blocks (+ the null block = 984), 15,728 slots:
 # the paper's vLLM (v0) had no null block (`pool_null_block="extra"`); vLLM v1 counts its null block among
 # the 983 (the default): 982 usable, 15,712 slots.
-PAPER_POOL = {"kv_cache_bytes": 12 * 2**30, "pool_null_block": "extra"}
+# The paper's block of 16 tokens is given (0.34.0's default block is 64).
+PAPER_POOL = {"kv_cache_bytes": 12 * 2**30, "pool_null_block": "extra", "block_size": 16}
 
 
 def test_opt13b_12gib_pool_size():
     cfg = SimConfig(model="opt-13b", **PAPER_POOL)
     assert cfg.num_blocks == 984
     assert cfg.capacity_tokens == 15_728
-    v1 = SimConfig(model="opt-13b", kv_cache_bytes=12 * 2**30)
+    v1 = SimConfig(model="opt-13b", kv_cache_bytes=12 * 2**30, block_size=16)
     assert (v1.num_blocks, v1.capacity_tokens) == (983, 15_712)
 
 
@@ -782,7 +783,9 @@ def test_fork_cow_samples_needing_more_seats_than_max_num_seqs_are_rejected_at_a
 
 
 # -- presets: the release ranges of DESIGN.md §Presets --------------------------------------------------
-def test_defaults_are_the_newest_release_and_presets_name_older_ones():
+def test_defaults_are_vllm_0_34_the_newest_release_and_presets_name_older_ones():
+    """`SimConfig()` is `vllm-latest`, vLLM 0.34.0 (`vllm-0.34` the same preset by name); `vllm-0.33` and the
+    older presets name their releases' rules, the four knobs 0.34.0 changed at 0.33.0's values."""
     knobs = (
         "free_order",
         "admission_gate",
@@ -790,13 +793,31 @@ def test_defaults_are_the_newest_release_and_presets_name_older_ones():
         "chunked_prefill",
         "watermark",
         "watermark_rule",
+        "default_block_size",
+        "kv_cache_sizing",
+        "kv_offloading_hit_junction",
+        "kv_offloading_store_threshold_count",
     )
-    default = SimConfig(num_blocks=16)
-    latest = SimConfig.preset("vllm-latest", num_blocks=16)
-    assert {k: getattr(default, k) for k in knobs} == {k: getattr(latest, k) for k in knobs}
+    sized = {"model": "llama-3.1-8b", "gpu": "h100-80gb"}
+    default = SimConfig(**sized)
+    for name in ("vllm-latest", "vllm-0.34"):
+        assert SimConfig.preset(name, **sized) == default, name
+    assert {k: getattr(default, k) for k in knobs[6:]} == {
+        "default_block_size": 64,
+        "kv_cache_sizing": "measured",
+        "kv_offloading_hit_junction": True,
+        "kv_offloading_store_threshold_count": "per-request",
+    }
+    before = {
+        "default_block_size": 16,
+        "kv_cache_sizing": "profiled",
+        "kv_offloading_hit_junction": False,
+        "kv_offloading_store_threshold_count": "per-offer",
+    }
     expected = {
         "vllm-latest": ("lifo_unhashed", "full-prompt", "stop"),
         "vllm-0.34": ("lifo_unhashed", "full-prompt", "stop"),
+        "vllm-0.33": ("lifo_unhashed", "full-prompt", "stop"),
         "vllm-0.20": ("classic", "full-prompt", "stop"),
         "vllm-0.19": ("classic", "full-prompt", "stop"),
         "vllm-v1": ("classic", "none", "stop"),
@@ -804,13 +825,19 @@ def test_defaults_are_the_newest_release_and_presets_name_older_ones():
         "vllm-v0": ("classic", "none", "stop"),
     }
     for name, (free_order, gate, over) in expected.items():
-        cfg = SimConfig.preset(name, num_blocks=16)
+        cfg = SimConfig.preset(name, **sized)
         assert (cfg.free_order, cfg.admission_gate, cfg.waiting_over_budget) == (free_order, gate, over), name
+        if name not in ("vllm-latest", "vllm-0.34"):
+            assert {k: getattr(cfg, k) for k in before} == before, name
+    # 0.33.0 differs from the defaults in those four knobs alone (and what they derive)
+    old = SimConfig.preset("vllm-0.33", **sized)
+    assert old == SimConfig(**sized, **before)
+    assert {k: getattr(old, k) for k in knobs[:6]} == {k: getattr(default, k) for k in knobs[:6]}
     # Each preset's docstring line names its release range.
     doc = SimConfig.preset.__doc__ or ""
     for name, releases in [
-        ("vllm-latest", "0.23.0 to 0.33.0"),
-        ("vllm-0.34", "0.34.0"),
+        ("vllm-latest", "0.34.0"),
+        ("vllm-0.33", "0.23.0 to 0.33.0"),
         ("vllm-0.20", "0.20.0 to 0.22.1"),
         ("vllm-0.19", "0.19.0 to 0.19.1"),
         ("vllm-0.11", "0.9.2 to 0.11.2"),
@@ -818,28 +845,30 @@ def test_defaults_are_the_newest_release_and_presets_name_older_ones():
         assert f"`{name}`: vLLM {releases}" in doc
 
 
-def test_the_0_34_preset_is_the_latest_rules_with_0_34s_four_changes():
-    """`vllm-0.34` (DESIGN.md §Presets, "vLLM 0.34.0"): `vllm-latest`'s scheduler and pool rules with the four
-    knobs 0.34.0 changes, each as its own knob gives it: a block of 64, the pool sized from measured memory
-    (an unset share read as 1.0), and with a CPU tier the tier hit's junction and the once-a-request count."""
+def test_the_0_33_preset_is_the_latest_rules_without_0_34s_four_changes():
+    """`vllm-0.33` (DESIGN.md §Presets, "vLLM 0.34.0"): the defaults' scheduler and pool rules with the four
+    knobs 0.34.0 changed at 0.33.0's values, each as its own knob gives it: a block of 16, the pool profiled
+    at 0.92, and with a CPU tier the junction from the GPU lookup only and a count of every offer."""
     fields = dataclasses.fields(SimConfig)
     changed = {
-        "default_block_size": 64,
-        "kv_cache_sizing": "measured",
-        "kv_offloading_hit_junction": True,
-        "kv_offloading_store_threshold_count": "per-request",
+        "default_block_size": 16,
+        "kv_cache_sizing": "profiled",
+        "kv_offloading_hit_junction": False,
+        "kv_offloading_store_threshold_count": "per-offer",
     }
     for sized in ({"num_blocks": 64}, {"model": "llama-3.1-8b", "gpu": "h100-80gb"}):
         latest = SimConfig.preset("vllm-latest", **sized)
-        new = SimConfig.preset("vllm-0.34", **sized)
-        assert new == SimConfig(**sized, **changed)
-        differ = {f.name for f in fields if getattr(new, f.name) != getattr(latest, f.name)}
-        # (and what the block's size derives: the pool, a block's time on the host link)
+        old = SimConfig.preset("vllm-0.33", **sized)
+        assert old == SimConfig(**sized, **changed)
+        differ = {f.name for f in fields if getattr(old, f.name) != getattr(latest, f.name)}
+        # (and what the block's size derives: the pool, a block's time on the host link; and the unset share,
+        # 1.0 where measured sizing is on; with num_blocks given the sizing is profiled either way)
         derived = {"block_size", "num_blocks", "swap_ps_per_block", "kv_offloading_ps_per_block"}
-        assert set(changed) <= differ <= {*changed, *derived}, differ
-    gpu = SimConfig.preset("vllm-0.34", model="llama-3.1-8b", gpu="h100-80gb")
-    assert (gpu.block_size, gpu.resolved_gpu_memory_utilization) == (64, 1.0)
-    assert SimConfig.preset("vllm-0.34", num_blocks=64, watermark=0.01).watermark == 0.01
+        derived |= {"gpu_memory_utilization"}
+        assert set(changed) - {"kv_cache_sizing"} <= differ <= {*changed, *derived}, differ
+    gpu = SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
+    assert (gpu.block_size, gpu.gpu_memory_utilization) == (64, 1.0)
+    assert SimConfig.preset("vllm-0.33", num_blocks=64, watermark=0.01).watermark == 0.01
 
 
 # DESIGN.md §Defaults' activation estimate at max_num_batched_tokens 8192 and max_num_seqs 256 (the forward
@@ -869,19 +898,20 @@ def _vllm_pool_blocks(utilization: float, seqs: int = 1024, graphs: bool = True,
 
 def test_gpu_sized_pools_follow_each_presets_gpu_memory_utilization():
     """vLLM 0.20.0 raised CacheConfig.gpu_memory_utilization's default from 0.9 to 0.92 and began keeping
-    CUDA graphs' memory from the KV cache (DESIGN.md §Presets): the defaults (vLLM 0.33.0) and `vllm-0.20`
-    size Llama-3-8B on an H100 at 0.92 less the graphs, the presets of older releases at 0.9 without them
-    (v0 with its 256 sequences), and an explicit share wins over any preset."""
+    CUDA graphs' memory from the KV cache (DESIGN.md §Presets): `vllm-0.33` and `vllm-0.20` size Llama-3-8B
+    on an H100 at 0.92 less the graphs, the presets of older releases at 0.9 without them (v0 with its 256
+    sequences), and an explicit share wins over any preset. (The defaults, 0.34.0's, size from measured
+    memory: tests/test_measured_sizing.py.)"""
     sized = {"model": "llama-3-8b", "gpu": "h100-80gb"}
     newest = _vllm_pool_blocks(0.92)
-    assert SimConfig(**sized).num_blocks == newest
+    assert SimConfig(**sized, kv_cache_sizing="profiled", default_block_size=16).num_blocks == newest
     # pool_blocks takes the whole non-KV reserve as given (no estimate of its own).
     reserve = _LLAMA3_8B_ACTIVATIONS
     expected = (math.floor(85_028_896_768 * 0.92) - 8_030_261_248 * 2 - 8192 * 128 * 2 - reserve) // (
         16 * 131072
     )
     assert kvsim.pool_blocks("llama-3-8b", "h100-80gb", 16, activation_reserve_bytes=reserve) == expected
-    for name in ("vllm-latest", "vllm-0.20"):
+    for name in ("vllm-0.33", "vllm-0.20"):
         assert SimConfig.preset(name, **sized).num_blocks == newest, name
     for name in ("vllm-0.19", "vllm-v1", "vllm-0.11"):
         assert SimConfig.preset(name, **sized).num_blocks == _vllm_pool_blocks(0.9, graphs=False), name
@@ -909,7 +939,10 @@ def test_run_help_names_the_release_of_the_defaults(capsys):
 
     assert main(["run", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "Scheduling rules are vLLM 0.33.0's; --preset vllm-0.34 gives 0.34.0's" in text
+    assert (
+        "The rules are vLLM 0.34.0's (--preset vllm-latest, or vllm-0.34); --preset vllm-0.33 gives" in text
+    )
+    assert "0.34.0 (the defaults; vllm-0.34 the same), vllm-0.33 0.23-0.33" in text
     assert "--waiting-over-budget" in text
     assert "stop the waiting phase (vLLM 0.12 and later)" in text
 

@@ -39,10 +39,11 @@ def test_the_bound_is_two_batches_unless_async_scheduling_is_off():
 
 def test_gpt_oss_concurrency_follows_the_bound():
     """gpt-oss-120b on an H200 (vLLM's rule: the blocks over one request's blocks summed over its groups, a
-    full group of 8,192 blocks and a 128-token window group): 12.53x with async scheduling, 13.27x without."""
+    full group of 8,192 blocks and a 128-token window group): 12.53x with async scheduling, 13.27x without
+    (vLLM 0.33.0's figures, audited on its profiled pool of blocks of 16: `vllm-0.33`)."""
     seen = {}
     for value in (None, False):
-        cfg = kvsim.SimConfig(model="gpt-oss-120b", gpu="h200", async_scheduling=value)
+        cfg = kvsim.SimConfig.preset("vllm-0.33", model="gpt-oss-120b", gpu="h200", async_scheduling=value)
         pool = cfg.pool
         mml, bs, budget = cfg.max_model_len, pool.layout.block_size, cfg.max_num_batched_tokens
         per_request = _cdiv(mml, bs) + _sw_blocks(128, in_flight_batches(value) * budget, mml, bs)
@@ -53,11 +54,12 @@ def test_gpt_oss_concurrency_follows_the_bound():
 
 
 def test_gemma_3_27b_on_an_h100_starts_without_async_scheduling():
-    """vLLM refuses gemma-3-27b at 131,072 tokens on an H100 with async scheduling (17.98 GiB needed, 15.91
-    available) and starts it with --no-async-scheduling (the 14.23 GiB its one request needs then)."""
+    """vLLM 0.33.0 refuses gemma-3-27b at 131,072 tokens on an H100 with async scheduling (17.98 GiB needed,
+    15.91 available) and starts it with --no-async-scheduling (the 14.23 GiB its one request needs then).
+    (0.33.0's profiled pool, `vllm-0.33`; 0.34.0's reservation at 1.0 holds the 17.98 GiB.)"""
     with pytest.raises(InvalidArgumentError, match=r"17\.98 GiB KV cache is needed"):
-        kvsim.SimConfig(model="gemma-3-27b", gpu="h100-80gb")
-    cfg = kvsim.SimConfig(model="gemma-3-27b", gpu="h100-80gb", async_scheduling=False)
+        kvsim.SimConfig.preset("vllm-0.33", model="gemma-3-27b", gpu="h100-80gb")
+    cfg = kvsim.SimConfig.preset("vllm-0.33", model="gemma-3-27b", gpu="h100-80gb", async_scheduling=False)
     layout = cfg.pool.layout
     need = layout.blocks_per_request(cfg.max_model_len, cfg.max_in_flight_tokens)
     assert need * layout.bytes_per_block <= cfg.pool.figures.available_kv_bytes

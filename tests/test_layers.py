@@ -109,10 +109,11 @@ def test_a_mamba_state_raises_the_attention_block():
     assert [g.kind for g in layout.groups] == ["mamba"] * 3 + ["full"]
     assert {g.page_bytes for g in layout.groups} == {544 * 2048}
     # Prefix caching on (vLLM's default): mamba_cache_mode 'align', a state per 544-token block.
-    cfg = kvsim.SimConfig(model=m, num_blocks=100)
+    # (0.33.0's default block of 16 offered, which `kv_layout(m, 16)` takes; 0.34.0's 64: test_block_default.py)
+    cfg = kvsim.SimConfig(model=m, num_blocks=100, default_block_size=16)
     assert cfg.pool.layout.mamba_align
     assert [(g.kind, g.block_size) for g in cfg.kv_groups] == [("mamba", 544)] * 3 + [("full", 544)]
-    off = kvsim.SimConfig(model=m, num_blocks=100, enable_prefix_caching=False)
+    off = kvsim.SimConfig(model=m, num_blocks=100, enable_prefix_caching=False, default_block_size=16)
     assert [g.block_size for g in off.kv_groups] == [m.max_model_len] * 3 + [544]
     with pytest.raises(InvalidArgumentError, match="need chunked prefill"):
         kvsim.SimConfig(model=m, num_blocks=100, chunked_prefill=False)
@@ -142,8 +143,10 @@ def test_the_gated_delta_nets_checkpoints_follow_its_prefill_kernel(gpu, backend
     and prefix caching on (align mode) each state group counts a checkpoint block and the attention block
     is a multiple of 64 tokens (Qwen3-Next-80B-A3B, 4 ranks: 320 where 16-token alignment gives 272);
     without caching, one state a request and the kernel changes nothing."""
-    # (131,072 tokens: four L40Ss do not hold one request of the model's 262,144)
+    # (131,072 tokens: four L40Ss do not hold one request of the model's 262,144; 0.33.0's default block of
+    # 16 offered: under 0.34.0's 64, tests/test_block_default.py)
     kw = {"gpu": gpu, "tensor_parallel_size": 4, "max_model_len": 131072} if gpu else {"num_blocks": 1000}
+    kw["default_block_size"] = 16
     cfg = kvsim.SimConfig(model="qwen3-next-80b-a3b", gdn_prefill_backend=backend, **kw)
     states = [g for g in cfg.kv_groups if g.kind == "mamba"]
     assert len(states) == 3

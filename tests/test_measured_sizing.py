@@ -49,12 +49,23 @@ def test_the_formula_is_vllms():
     ) == (111 * GIB // 2)
 
 
-def test_the_default_is_profiled_and_nothing_changes():
-    assert KNOBS["kv_cache_sizing"].default == "profiled"
+def test_the_default_is_measured_as_vllm_0_34_settles_it_and_0_33_is_profiled():
+    """Unset, as vLLM 0.34.0's `enable_extensible_kv_cache`: on for a pool sized from a CUDA GPU, its share
+    1.0; `vllm-0.33` sizes as 0.33.0 did (three start-up lines, no measurement, 0.92)."""
+    assert KNOBS["kv_cache_sizing"].default is None
     c = SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
-    assert (c.kv_cache_sizing, c.resolved_gpu_memory_utilization, c.pool.measured) == ("profiled", 0.92, None)
-    assert len(c.pool.figures.lines()) == 3
-    assert c == SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="profiled")
+    assert (c.kv_cache_sizing, c.gpu_memory_utilization) == ("measured", 1.0)
+    assert c.pool.measured is not None
+    assert c == SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured")
+    assert "kv_cache_sizing" in c.derived
+    assert c.to_dict()["kv_cache_sizing"] is None
+    old = SimConfig.preset("vllm-0.33", model="llama-3.1-8b", gpu="h100-80gb")
+    assert (old.kv_cache_sizing, old.gpu_memory_utilization, old.pool.measured) == ("profiled", 0.92, None)
+    assert len(old.pool.figures.lines()) == 3
+    # vLLM leaves it off, unset, for a disaggregated fleet on CUDA (no IMEX channel) and with a size given
+    pd = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", replicas=2, prefill_replicas=1)
+    assert (pd.kv_cache_sizing, pd.gpu_memory_utilization) == ("profiled", 0.92)
+    assert SimConfig(model="llama-3.1-8b", gpu="h100-80gb", num_blocks=900).kv_cache_sizing == "profiled"
 
 
 def test_llama_3_1_8b_on_an_h100_by_hand():
@@ -65,8 +76,8 @@ def test_llama_3_1_8b_on_an_h100_by_hand():
     16 × 131,072 B; the reservation ("Available KV cache memory") is 0.33.0's rule at 1.0 without the CUDA
     graphs (vLLM 0.34.0 estimates none under it: the capture is measured after warmup), T − W − A − N. The
     profiled pool, at 0.92, has 0.08 T − 0.75 A less memory."""
-    prof = SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
-    meas = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured")
+    prof = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="profiled", default_block_size=16)
+    meas = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured", default_block_size=16)
     p = meas.pool
     t = gpus.get("h100-80gb").memory_bytes
     w, n, g, a = p.weight_bytes, p.non_torch_bytes, p.cudagraph_bytes, p.activation_reserve_bytes
@@ -79,7 +90,7 @@ def test_llama_3_1_8b_on_an_h100_by_hand():
     margin = max(GIB, int(0.75 * a))
     assert margin == int(0.75 * a)  # (A is 1.9 GiB)
     kv = t - (w + n + g) - margin - a
-    assert meas.resolved_gpu_memory_utilization == 1.0
+    assert meas.gpu_memory_utilization == 1.0
     assert p.measured is not None
     assert p.measured.kv_bytes == kv
     assert p.figures.available_kv_bytes == t - w - a - n  # the reservation
@@ -100,19 +111,17 @@ def test_llama_3_1_8b_on_an_h100_by_hand():
     )
     assert "1.00 − " in p.line()
     assert "margin (measured after warmup, vLLM 0.34.0)" in p.line()
-    # with 0.34.0's default block of 64 too (what a vllm-0.34 preset sets): the same bytes, blocks of 8 MiB
-    both = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured", default_block_size=64)
+    # the defaults, 0.34.0's, with its block of 64 too: the same bytes, blocks of 8 MiB (7,663)
+    both = SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
     assert both.num_blocks == kv // (64 * 131_072)
 
 
 def test_a_utilization_given_caps_the_budget_and_vllm_warns():
     """Given 0.9, the budget 0.9 T − (W + N + G) binds before the headroom less the margin: KV = ceil(0.9 T) −
     (W + N + G) − A, 0.33.0's profiled bytes at 0.9 (kvsim's floor of 0.9 T against vLLM's ceil: at most a
-    byte apart) and G below the reservation, which counts no CUDA graphs; vLLM warns that 0.9 keeps memory out of the cache. kvsim's knob has one default, 0.92, so a
-    0.92 given reads as unset: 1.0 (a listed departure)."""
-    c = SimConfig(
-        model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured", gpu_memory_utilization=0.9
-    )
+    byte apart) and G below the reservation, which counts no CUDA graphs; vLLM warns that 0.9 keeps memory out of the cache. 0.92 given caps it the same
+    way (vLLM's `resolved_gpu_memory_utilization` reads only an unset one as 1.0): ceil(0.92 T) − (W + N + G) − A."""
+    c = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", gpu_memory_utilization=0.9, default_block_size=16)
     p = c.pool
     t = gpus.get("h100-80gb").memory_bytes
     assert p.measured is not None
@@ -129,14 +138,26 @@ def test_a_utilization_given_caps_the_budget_and_vllm_warns():
     assert f"keeping {round(withheld / GIB, 2)} GiB of free device memory out" in lines[2]
     assert "margin" not in p.line()
     given = SimConfig(
-        model="llama-3.1-8b", gpu="h100-80gb", kv_cache_sizing="measured", gpu_memory_utilization=0.92
+        model="llama-3.1-8b", gpu="h100-80gb", gpu_memory_utilization=0.92, default_block_size=16
     )
-    assert given.resolved_gpu_memory_utilization == 1.0
+    assert given.gpu_memory_utilization == 0.92
+    q = given.pool
+    assert q.measured is not None
+    kv92 = (
+        math.ceil(t * 0.92)
+        - (q.weight_bytes + q.non_torch_bytes + q.cudagraph_bytes)
+        - q.activation_reserve_bytes
+    )
+    assert q.measured.kv_bytes == kv92
+    assert given.num_blocks == min(kv92, q.figures.available_kv_bytes) // (16 * 131_072)
+    unset = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", default_block_size=16)
+    assert (unset.gpu_memory_utilization, unset.to_dict()["gpu_memory_utilization"]) == (1.0, None)
+    assert given.num_blocks < unset.num_blocks
 
 
 def test_an_mla_model_keeps_three_quarters_of_its_peak_as_margin():
     """DeepSeek-V3 at tp 8 on H200s: a 3.7 GiB activation peak, so a margin of 0.75 × A (above the 1 GiB
-    floor); the blocks are 16 × 61 × 576 × 2 = 1,124,352 B (FlashAttention MLA's 16)."""
+    floor); the blocks are 64 × 61 × 576 × 2 = 4,497,408 B (FlashAttention MLA takes 0.34.0's 64)."""
     c = SimConfig(
         model="deepseek-v3",
         gpu="h200",
@@ -151,8 +172,8 @@ def test_an_mla_model_keeps_three_quarters_of_its_peak_as_margin():
     a = p.activation_reserve_bytes
     assert m.margin_bytes == int(0.75 * a) > GIB
     assert m.kv_bytes == t - (p.weight_bytes + p.non_torch_bytes + p.cudagraph_bytes) - int(0.75 * a) - a
-    assert c.block_size == 16
-    assert c.num_blocks == m.kv_bytes // (16 * 61 * 576 * 2)
+    assert c.block_size == 64
+    assert c.num_blocks == m.kv_bytes // (64 * 61 * 576 * 2)
 
 
 def test_a_mamba_hybrids_blocks_are_its_layouts():
@@ -191,7 +212,7 @@ def test_vllm_turns_it_off_where_the_size_is_given():
     disaggregated fleet is refused (on only with an IMEX channel)."""
     base = {"model": "llama-3.1-8b", "kv_cache_sizing": "measured"}
     kv = SimConfig(gpu="h100-80gb", kv_cache_bytes="20GiB", **base)
-    assert (kv.measured_sizing_on, kv.pool.measured, kv.resolved_gpu_memory_utilization) == (
+    assert (kv.measured_sizing_on, kv.pool.measured, kv.gpu_memory_utilization) == (
         False,
         None,
         0.92,

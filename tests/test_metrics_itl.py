@@ -62,6 +62,7 @@ def test_itl_with_preemption_and_budget_is_exact():
     distribution is reported (not None) and equals numpy's on the hand-made list of gaps."""
     w = make_workload("sharegpt", {"arrival_rate": 50.0}, 40, 3)
     cfg = kvsim.SimConfig(
+        block_size=16,
         num_blocks=150,
         max_num_batched_tokens=600,
         time_model="linear",

@@ -248,14 +248,16 @@ def test_a_loads_blocks_are_not_watched_past_its_step():
 def test_the_tier_is_sized_from_host_memory_as_vllm_sizes_it():
     """64 GiB of Llama-3.1-8B at block 16: a chunk is 16 tokens × 128 KiB = 2 MiB (a multiple of 4 KiB),
     so 32,768 chunks; a block moves over an H100's host link (64 GB/s one way) in 2 MiB / 64 GB/s."""
-    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size="64GiB")
+    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size="64GiB", block_size=16)
     assert cfg.kv_offloading_chunk_bytes == 2 * 2**20
     assert cfg.kv_offloading_chunks == 32_768
     link = kvsim.gpus.resolve("h100-80gb").pcie_bandwidth
     assert cfg.kv_offloading_ps_per_block == round(2 * 2**20 * 10**12 / link)
     # vLLM's flag is GiB: a bare number is GiB.
     assert (
-        kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=64).kv_offloading_chunks
+        kvsim.SimConfig(
+            block_size=16, model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=64
+        ).kv_offloading_chunks
         == 32_768
     )
 
@@ -266,7 +268,9 @@ def test_an_mla_latent_on_tp_ranks_is_kept_once_in_the_tier_as_vllm_keeps_it():
     copy, 16 tokens x 61 layers x 1,152 B = 1,124,352 B padded to 4 KiB, and 64 GiB hold 8x the chunks of a
     copy a rank; ROCm keeps a copy a rank (no shared region), as does a model with per-head KV. A store
     moves one rank's bytes (only rank 0 writes), a load every rank's."""
-    mla = kvsim.SimConfig(model="deepseek-v3", gpu="h200", tensor_parallel_size=8, kv_offloading_size=64)
+    mla = kvsim.SimConfig(
+        model="deepseek-v3", gpu="h200", tensor_parallel_size=8, kv_offloading_size=64, block_size=16
+    )
     assert mla.kv_offloading_replicated
     assert mla.kv_offloading_chunk_bytes == 1_126_400
     assert mla.kv_offloading_chunks == 64 * 2**30 // 1_126_400 == 61_008
@@ -278,14 +282,18 @@ def test_an_mla_latent_on_tp_ranks_is_kept_once_in_the_tier_as_vllm_keeps_it():
     assert dp2.kv_offloading_copies == 8
     assert dp2.kv_offloading_chunk_bytes == dp2.kv_offloading_store_block_bytes == 8 * 1_124_352
     assert dp2.kv_offloading_chunks == 64 * 2**30 // (8 * 1_124_352) == 7_639
-    rocm = kvsim.SimConfig(model="deepseek-v3", gpu="mi300x", tensor_parallel_size=8, kv_offloading_size=64)
+    rocm = kvsim.SimConfig(
+        model="deepseek-v3", gpu="mi300x", tensor_parallel_size=8, kv_offloading_size=64, block_size=16
+    )
     assert not rocm.kv_offloading_replicated
     assert rocm.kv_offloading_chunk_bytes == 8 * 1_124_352
     # One host's mp executor: past a host's GPUs (HGX H200: 8; a GB200 NVL72 compute tray: 4) vLLM runs the
     # Ray or multi-node executor, and the tier keeps a copy a rank.
     # (tp 32 splits DeepSeek-V3's fp8 experts below a 128-wide block: vLLM refuses it, and so does kvsim)
     for gpu, tp in (("h200", 16), ("b200", 16), ("gb200", 8)):
-        wide = kvsim.SimConfig(model="deepseek-v3", gpu=gpu, tensor_parallel_size=tp, kv_offloading_size=64)
+        wide = kvsim.SimConfig(
+            block_size=16, model="deepseek-v3", gpu=gpu, tensor_parallel_size=tp, kv_offloading_size=64
+        )
         assert not wide.kv_offloading_replicated
         assert wide.kv_offloading_store_block_bytes == wide.kv_offloading_block_bytes
         per_rank = wide.kv_offloading_block_bytes // tp
@@ -293,11 +301,18 @@ def test_an_mla_latent_on_tp_ranks_is_kept_once_in_the_tier_as_vllm_keeps_it():
     # (at tp 4 DeepSeek-V3's fp8 weights, its MLA's bf16 kv_b_proj copy and the activations leave room for one
     # request of 27,072 tokens: 16,384 fit)
     tray = kvsim.SimConfig(
-        model="deepseek-v3", gpu="gb200", tensor_parallel_size=4, max_model_len=16384, kv_offloading_size=64
+        block_size=16,
+        model="deepseek-v3",
+        gpu="gb200",
+        tensor_parallel_size=4,
+        max_model_len=16384,
+        kv_offloading_size=64,
     )
     assert tray.kv_offloading_replicated
     assert kvsim.gpus.get("gb200").gpus_per_host == 4
-    gqa = kvsim.SimConfig(model="llama-3.1-70b", gpu="h200", tensor_parallel_size=4, kv_offloading_size=64)
+    gqa = kvsim.SimConfig(
+        block_size=16, model="llama-3.1-70b", gpu="h200", tensor_parallel_size=4, kv_offloading_size=64
+    )
     assert not gqa.kv_offloading_replicated
     # (80 layers x 2 of the 8 KV heads a GPU x 128 x K and V x 2 B, 16 tokens, a copy on each of 4 ranks)
     assert (
@@ -334,22 +349,24 @@ def test_a_tier_of_less_than_one_chunk_is_refused_not_run_as_none(size):
     with pytest.raises(
         InvalidArgumentError, match=r"holds no CPU-tier chunk .*2\.0 MiB.*or 0 for no tier"
     ) as e:
-        kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="2GiB", kv_offloading_size=size)
+        kvsim.SimConfig(model="llama-3.1-8b", block_size=16, kv_cache_bytes="2GiB", kv_offloading_size=size)
     # The least size it names holds a chunk (it said 0.001953 GiB, rounded down, itself refused).
     least = float(str(e.value).split("give at least ", 1)[1].split(" GiB", 1)[0])
     assert (
         kvsim.SimConfig(
-            model="llama-3.1-8b", kv_cache_bytes="2GiB", kv_offloading_size=least
+            model="llama-3.1-8b", block_size=16, kv_cache_bytes="2GiB", kv_offloading_size=least
         ).kv_offloading_chunks
         == 1
     )
     assert (
         kvsim.SimConfig(
-            model="llama-3.1-8b", kv_cache_bytes="2GiB", kv_offloading_size=0
+            model="llama-3.1-8b", block_size=16, kv_cache_bytes="2GiB", kv_offloading_size=0
         ).kv_offloading_chunks
         == 0
     )
-    one = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes="2GiB", kv_offloading_size="2MiB")
+    one = kvsim.SimConfig(
+        model="llama-3.1-8b", block_size=16, kv_cache_bytes="2GiB", kv_offloading_size="2MiB"
+    )
     assert one.kv_offloading_chunks == 1
 
 

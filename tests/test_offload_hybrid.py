@@ -216,7 +216,9 @@ def test_a_groups_block_on_the_link_takes_its_own_layers():
     _fill_direct_ops`): Gemma 3 27B's window groups, 9 or 8 layers of the 10 the pool's stride holds, move
     0.9 and 0.8 of its bytes, in 0.9 and 0.8 of its time; the full-attention group, 10 layers, the
     stride. A slot still holds the stride (`test_a_hybrid_models_chunk_is_one_block_of_the_pool`)."""
-    cfg = kvsim.SimConfig(model="gemma-3-27b", gpu="h100-80gb", kv_offloading_size=10, max_model_len=8192)
+    cfg = kvsim.SimConfig(
+        model="gemma-3-27b", gpu="h100-80gb", kv_offloading_size=10, max_model_len=8192, block_size=16
+    )
     layout = cfg.pool.layout
     assert [(g.kind, len(g.layer_ids), g.num_layers) for g in layout.groups] == [
         *[("sliding_window", 9, 10)] * 4,
@@ -353,7 +355,9 @@ def test_a_model_with_state_layers_has_a_tier(backend):
 def test_a_model_whose_groups_have_unequal_blocks_has_a_tier():
     """Gemma 4: its full-attention layers take 32 tokens a block, its windows 16 (vLLM unifies the pages):
     its tier keys each group's chunks at that group's block size, one slot each."""
-    cfg = kvsim.SimConfig(model="gemma-4-31b", gpu="h100-80gb", max_model_len=8192, kv_offloading_size=8)
+    cfg = kvsim.SimConfig(
+        model="gemma-4-31b", gpu="h100-80gb", max_model_len=8192, kv_offloading_size=8, default_block_size=16
+    )
     assert {g.block_size for g in cfg.kv_groups} == {16, 32}
     raw = cfg.pool.layout.bytes_per_block * cfg.tensor_parallel_size
     assert cfg.kv_offloading_chunk_bytes == -(-raw // 4096) * 4096

@@ -484,7 +484,10 @@ def test_a_rejected_requests_ttft_parts_are_null_as_its_other_times():
 
     w = synthetic(200, arrival_rate=50, seed=1)
     r = kvsim.simulate_cluster(
-        w, kvsim.SimConfig(num_blocks=60, pd_link_ps_per_block=1000), replicas=2, prefill_replicas=1
+        w,
+        kvsim.SimConfig(block_size=16, num_blocks=60, pd_link_ps_per_block=1000),
+        replicas=2,
+        prefill_replicas=1,
     )
     q = r.requests
     rejected = q.filter(q["status"] != "finished")
@@ -570,10 +573,10 @@ def test_the_pd_links_default_is_the_gpus_nic():
     without a GPU; given, it wins. A B300 fleet's transfers wait less than at 50 GB/s."""
     from kvsim.engine.cluster_pd import pd_link_bandwidth
 
-    b300 = kvsim.SimConfig(model="llama-3.1-8b", gpu="b300")
+    b300 = kvsim.SimConfig(block_size=16, model="llama-3.1-8b", gpu="b300")
     assert pd_link_bandwidth(b300) == 100e9
-    assert pd_link_bandwidth(kvsim.SimConfig(model="llama-3.1-8b", gpu="h200")) == 50e9
-    assert pd_link_bandwidth(kvsim.SimConfig(num_blocks=100)) == 50e9
+    assert pd_link_bandwidth(kvsim.SimConfig(block_size=16, model="llama-3.1-8b", gpu="h200")) == 50e9
+    assert pd_link_bandwidth(kvsim.SimConfig(block_size=16, num_blocks=100)) == 50e9
     assert pd_link_bandwidth(b300.replace(pd_link_bandwidth=25e9)) == 25e9
     from kvsim.engine.cluster_pd import _pd_block_bytes
 

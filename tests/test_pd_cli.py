@@ -181,7 +181,8 @@ def _pd_notes(prefill_blocks: int | None = None, **over) -> tuple[list[str], obj
     from kvsim.workloads.registry import make_workload
 
     w = make_workload("sharegpt", {"arrival_rate": 12}, 300, 0)
-    cfg = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb", **over)
+    # (blocks of 16: "a prefill pool of 100 blocks" below is 1,600 tokens)
+    cfg = kvsim.SimConfig(model="llama-3-8b", gpu="h100-80gb", block_size=16, **over)
     prefill = None if prefill_blocks is None else cfg.replace(num_blocks=prefill_blocks)
     r = kvsim.simulate_cluster(
         w, cfg, replicas=3, prefill_replicas=1, router="least-loaded", prefill_config=prefill
@@ -230,7 +231,7 @@ def test_kvsim_run_json_records_the_prefill_replicas_config(capsys):
     from kvsim.cli import main
     from kvsim.model.config import SimConfig
 
-    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--replicas", "1", "--prefill-replicas", "1",
+    argv = ["run", "--block-size", "16", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--replicas", "1", "--prefill-replicas", "1",
             "--requests", "8", "--json"]  # fmt: skip
     assert main([*argv, "--prefill-config", "block_size=32,max_num_seqs=4"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -242,5 +243,21 @@ def test_kvsim_run_json_records_the_prefill_replicas_config(capsys):
     assert main(argv) == 0  # without --prefill-config: the decode replicas' config, theirs too
     data = json.loads(capsys.readouterr().out)
     assert data["prefill_config"] == data["config"]
-    assert main(["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "4", "--json"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--block-size",
+                "16",
+                "--model",
+                "llama-3.1-8b",
+                "--gpu",
+                "h100-80gb",
+                "--requests",
+                "4",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert "prefill_config" not in json.loads(capsys.readouterr().out)  # (no prefill replicas)

@@ -277,7 +277,7 @@ def test_gpt_oss_behind_a_prefill_pool_agrees_and_moves_the_pool_s_stride():
     """gpt-oss-120b (18 sliding-window layers of 128 tokens, 18 full) on an H100: both engines alike, each
     block 18 layers x 32 KiB, and every transfer moves its full-attention blocks plus at most
     ceil(127 / 16) = 8 window blocks."""
-    cfg = kvsim.SimConfig(model="gpt-oss-120b", gpu="h100-80gb")
+    cfg = kvsim.SimConfig(block_size=16, model="gpt-oss-120b", gpu="h100-80gb")
     w = synthetic(60, seed=3, arrival_rate=20.0)
     runs = [kvsim.simulate_cluster(w, cfg, replicas=2, prefill_replicas=1, backend=b) for b in BACKENDS]
     assert_fleets_equal(runs[1], runs[0])
@@ -318,8 +318,12 @@ def test_a_prefill_pool_of_another_tp_moves_the_decode_side_s_share_of_a_state()
     (`_build_mamba_remote`, `ssm_conv_transfer_utils.py` `remote_conv_offsets`: the 3-read), so a decode
     rank moves its own share, which is kvsim's rule (the decode side's blocks and stride); the block is 400
     tokens at both sizes (the attention and state pages both halve), so the fleet runs, both engines alike."""
-    cfg = kvsim.SimConfig(model="granite-4.0-h-tiny", gpu="h100-80gb", tensor_parallel_size=2)
-    pre = kvsim.SimConfig(model="granite-4.0-h-tiny", gpu="h100-80gb", tensor_parallel_size=1)
+    cfg = kvsim.SimConfig(
+        default_block_size=16, model="granite-4.0-h-tiny", gpu="h100-80gb", tensor_parallel_size=2
+    )
+    pre = kvsim.SimConfig(
+        default_block_size=16, model="granite-4.0-h-tiny", gpu="h100-80gb", tensor_parallel_size=1
+    )
     assert cfg.engine_block_size == pre.engine_block_size == 400
     assert pre.pool.layout.bytes_per_block == 2 * cfg.pool.layout.bytes_per_block
     w = synthetic(40, seed=3, arrival_rate=20.0)

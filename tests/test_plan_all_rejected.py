@@ -194,7 +194,17 @@ def test_a_search_failing_to_its_floor_stops_at_the_clocks_floor(capsys):
     from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
     from kvsim.workloads import synthetic
 
-    argv = ["plan", "--gpu", "a100-40gb", "--num-gpu-blocks-override", "100", "--slo", "ttft_p99:2s"]
+    argv = [
+        "plan",
+        "--block-size",
+        "16",
+        "--gpu",
+        "a100-40gb",
+        "--num-gpu-blocks-override",
+        "100",
+        "--slo",
+        "ttft_p99:2s",
+    ]
     argv += ["--requests", "2000", "--workers", "1"]
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

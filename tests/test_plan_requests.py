@@ -38,7 +38,9 @@ def test_best_of_ranks_a_candidate_that_sets_aside_more_below_whatever_its_rate(
     against 90.5): it was ranked best; judged on fewer requests, it ranks below. At one rate the two are
     no tie (the order given put 400 first)."""
     w = kvsim.workloads.synthetic(60, arrival_rate=2.0, seed=4, lengths="sharegpt-paper")
-    cfg = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes=12 * 2**30, max_model_len=2048)
+    cfg = kvsim.SimConfig(
+        block_size=16, model="opt-13b", gpu="a100-40gb", kv_cache_bytes=12 * 2**30, max_model_len=2048
+    )
     n = int((np.asarray(w.prompt_len) >= 400).sum())
     assert n > 0
     candidates = [{"max_model_len": 400}, {"max_model_len": 2048}]

@@ -200,55 +200,93 @@ def test_kv_cache_memory_bytes_must_hold_one_request(capsys):
     that starts is the request's blocks and the null block; without one the pool is kvsim's experiment,
     run, and the run says vLLM refuses it; a pool in blocks stays an experiment."""
     with pytest.raises(InvalidArgumentError, match="To serve at least one request") as exc:
-        kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=5_289_181_078)
+        kvsim.SimConfig(block_size=16, model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=5_289_181_078)
     least = int(str(exc.value).split("needs at least ")[1].split(" B")[0].replace(",", ""))
     assert least == (131_072 // 16 + 1) * 16 * 128 * 1024  # 8,193 blocks of 2 MiB
-    ok = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=least)
+    ok = kvsim.SimConfig(block_size=16, model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=least)
     assert ok.pool.figures is not None
     assert ok.pool.figures.max_concurrency >= 1
     with pytest.raises(InvalidArgumentError, match="does not fit one request"):
-        kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=least - 1)
+        kvsim.SimConfig(block_size=16, model="llama-3.1-8b", gpu="l40s", kv_cache_bytes=least - 1)
     # A pool in blocks: run whatever it holds, and vLLM 0.33.0's check of the override's blocks kept (its
     # blocks less the null block must hold the request's 8,192: 8,193 start, 8,192 are refused).
-    assert kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=8193).pool.vllm_refusal is None
-    blocks = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=8192)
+    assert (
+        kvsim.SimConfig(block_size=16, model="llama-3.1-8b", gpu="l40s", num_blocks=8193).pool.vllm_refusal
+        is None
+    )
+    blocks = kvsim.SimConfig(block_size=16, model="llama-3.1-8b", gpu="l40s", num_blocks=8192)
     assert "estimated maximum model length is 131056" in blocks.pool.vllm_refusal
     assert (
-        kvsim.SimConfig(model="llama-3.1-8b", num_blocks=8192).pool.vllm_refusal == blocks.pool.vllm_refusal
+        kvsim.SimConfig(block_size=16, model="llama-3.1-8b", num_blocks=8192).pool.vllm_refusal
+        == blocks.pool.vllm_refusal
     )
     # vLLM v0 (its N blocks all usable, no null block): the context's 8,192 blocks start, 8,191 hold 131,056 tokens.
-    v0 = kvsim.SimConfig.preset("vllm-v0", model="llama-3.1-8b", num_blocks=8192)
+    v0 = kvsim.SimConfig.preset("vllm-v0", block_size=16, model="llama-3.1-8b", num_blocks=8192)
     assert v0.pool.vllm_refusal is None
     assert (
         "is 131056"
-        in kvsim.SimConfig.preset("vllm-v0", model="llama-3.1-8b", num_blocks=8191).pool.vllm_refusal
+        in kvsim.SimConfig.preset(
+            "vllm-v0", block_size=16, model="llama-3.1-8b", num_blocks=8191
+        ).pool.vllm_refusal
     )
     # ... and one past the GPU: vLLM allocates the override's blocks after the weights and fails there.
     fit = blocks.pool.kv_room_bytes // (16 * 128 * 1024)
-    assert kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=fit).pool.vllm_refusal is None
-    past = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", num_blocks=fit + 1).pool.vllm_refusal
+    assert (
+        kvsim.SimConfig(block_size=16, model="llama-3.1-8b", gpu="l40s", num_blocks=fit).pool.vllm_refusal
+        is None
+    )
+    past = kvsim.SimConfig(
+        block_size=16, model="llama-3.1-8b", gpu="l40s", num_blocks=fit + 1
+    ).pool.vllm_refusal
     assert "CUDA out of memory" in past
     assert f"at most {fit:,} blocks fit" in past
-    assert main(["run", "--model", "llama-3.1-8b", "--gpu", "l40s", "--num-gpu-blocks-override", "100",
+    assert main(["run", "--block-size", "16", "--model", "llama-3.1-8b", "--gpu", "l40s", "--num-gpu-blocks-override", "100",
                  "--requests", "5"]) == 0  # fmt: skip
     (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: vLLM refuses")]
     assert "estimated maximum model length is 1584" in note
     assert "given in blocks" in note
-    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "l40s", "--kv-cache-memory-bytes", "5289181078"]
+    argv = [
+        "run",
+        "--block-size",
+        "16",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "l40s",
+        "--kv-cache-memory-bytes",
+        "5289181078",
+    ]
     assert main([*argv, "--requests", "10"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "To serve at least one request with the model's max seq len (131072)" in err[0]
     # Without a GPU: run, and said.
-    assert kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes=least).pool.vllm_refusal is None
-    small = kvsim.SimConfig(model="llama-3.1-8b", kv_cache_bytes=least - 1)
+    assert (
+        kvsim.SimConfig(block_size=16, model="llama-3.1-8b", kv_cache_bytes=least).pool.vllm_refusal is None
+    )
+    small = kvsim.SimConfig(block_size=16, model="llama-3.1-8b", kv_cache_bytes=least - 1)
     assert "To serve at least one request" in small.pool.vllm_refusal
-    assert main(["run", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB", "--requests", "5"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--block-size",
+                "16",
+                "--model",
+                "llama-3.1-8b",
+                "--kv-cache-memory-bytes",
+                "1GiB",
+                "--requests",
+                "5",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert any(line.startswith("vllm: GPU KV cache size: 8,192 tokens") for line in out)
     (note,) = [line for line in out if line.startswith("note: vLLM refuses this pool at start-up")]
     assert "estimated maximum model length is 8176" in note
-    assert main(["run", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB", "--requests", "5",
+    assert main(["run", "--block-size", "16", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB", "--requests", "5",
                  "--max-model-len", "8176"]) == 0  # fmt: skip
     assert "vLLM refuses this pool" not in capsys.readouterr().out
 
@@ -258,13 +296,13 @@ def test_the_smallest_num_blocks_on_a_gpu_is_one_vllm_starts():
     block hold one request of max_model_len (16,384 tokens: 1,024 blocks and the null block); smaller values
     fail without a run."""
     w = make_workload(*parse_workload("sharegpt"), 40, 0)
-    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", max_model_len=16384)
+    cfg = kvsim.SimConfig(block_size=16, model="llama-3.1-8b", gpu="l40s", max_model_len=16384)
     r = smallest_memory(w, cfg, {"ttft_p99": 1.0}, knob="num_blocks", rate=2.0, workers=2, max_probes=16)
     assert r.value is not None
     assert r.value >= 1025
     assert (
         kvsim.SimConfig(
-            model="llama-3.1-8b", gpu="l40s", max_model_len=16384, num_blocks=r.value
+            block_size=16, model="llama-3.1-8b", gpu="l40s", max_model_len=16384, num_blocks=r.value
         ).pool.vllm_refusal
         is None
     )
@@ -280,7 +318,9 @@ def test_the_smallest_num_blocks_searches_no_more_blocks_than_fit_beside_the_wei
     fit beside the weights, `kv_room_bytes // bytes_per_block` (31,482,634,240 B // 2,097,152 = 15,012; not the
     starting override's 64 times), and its verdicts are monotone (every failing probe below every passing one)."""
     w = make_workload(*parse_workload("sharegpt"), 40, 0)
-    cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="l40s", max_model_len=16384, num_blocks=40000)
+    cfg = kvsim.SimConfig(
+        block_size=16, model="llama-3.1-8b", gpu="l40s", max_model_len=16384, num_blocks=40000
+    )
     assert "at most 15,012 blocks fit" in cfg.pool.vllm_refusal
     cap = cfg.pool.kv_room_bytes // cfg.pool.layout.bytes_per_block
     assert cap == 15012
@@ -303,7 +343,7 @@ def test_the_smallest_pool_without_a_gpu_is_one_vllm_starts():
         ("num_blocks", {"num_blocks": 2000}, 257),
         ("kv_cache_bytes", {"kv_cache_bytes": 2000 * 2 * 2**20}, 257 * 2 * 2**20),
     ):
-        cfg = kvsim.SimConfig(model="llama-3.1-8b", max_model_len=4096, **start)
+        cfg = kvsim.SimConfig(block_size=16, model="llama-3.1-8b", max_model_len=4096, **start)
         r = smallest_memory(w, cfg, {"ttft_p99": 10.0}, knob=knob, rate=1.0, workers=2, max_probes=16)
         assert r.value is not None
         assert r.value >= least
@@ -384,7 +424,17 @@ def test_a_memory_search_whose_every_probe_is_refused_says_its_rate(capsys, monk
     import kvsim.cli.plan
 
     monkeypatch.setattr(kvsim.cli.plan, "_refuse_dropped_pool_flags", lambda args: None)
-    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--num-gpu-blocks-override", "2000"]
+    argv = [
+        "plan",
+        "--block-size",
+        "16",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-80gb",
+        "--num-gpu-blocks-override",
+        "2000",
+    ]
     argv += ["--kv-cache-memory-bytes", "12GiB", "--max-model-len", "65536", "--requests", "5"]
     argv += ["--slo", "ttft_p99:2s", "--workers", "1", "--max-probes", "2", "--rate", "1.5"]
     assert main([*argv, "--smallest", "kv_cache_bytes"]) == 0
@@ -398,7 +448,7 @@ def test_the_refusals_available_memory_is_reconciled_with_the_start_up_line(caps
     then a refusal of "available KV cache memory (0.03 GiB)", both vLLM's words: the second is the memory
     less the null block. The refusal now says so to the byte, so the two figures add up; and the note says
     why no GPU makes it a note where --gpu makes it an error."""
-    argv = ["run", "--model", "gpt-oss-20b", "--kv-cache-memory-bytes", "36MiB", "--max-model-len", "4096",
+    argv = ["run", "--block-size", "16", "--model", "gpt-oss-20b", "--kv-cache-memory-bytes", "36MiB", "--max-model-len", "4096",
             "--requests", "20"]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out.splitlines()

@@ -35,6 +35,8 @@ OPT = [
     "a100-40gb",
     "--kv-cache-memory-bytes",
     "12GiB",
+    "--block-size",
+    "16",  # (the paper's setup, its block of 16)
     "--workload",
     "sharegpt",
 ]

@@ -28,9 +28,11 @@ def test_an_override_is_the_pool_vllm_sized_under_the_same_rule():
     """Overriding with the count vLLM itself sized ("# GPU blocks") gives the same pool, under either rule:
     the override counts blocks as the sizing does."""
     for rule in ("within", "extra"):
-        sized = SimConfig(model="opt-13b", kv_cache_bytes="12GiB", pool_null_block=rule)
+        sized = SimConfig(block_size=16, model="opt-13b", kv_cache_bytes="12GiB", pool_null_block=rule)
         assert sized.pool.vllm_blocks == 12 * 2**30 // (16 * 819_200) == 983  # (the paper's 15,728 slots)
-        given = SimConfig(model="opt-13b", num_blocks=sized.pool.vllm_blocks, pool_null_block=rule)
+        given = SimConfig(
+            block_size=16, model="opt-13b", num_blocks=sized.pool.vllm_blocks, pool_null_block=rule
+        )
         assert given.num_blocks == sized.num_blocks, rule
         assert given.capacity_blocks == sized.capacity_blocks == 983 - (rule == "within"), rule
 
@@ -68,7 +70,7 @@ def test_an_override_past_the_pool_limit_with_the_extra_null_block_is_refused():
 
 
 def test_kvsim_run_says_what_the_override_gave_under_v0(capsys):
-    argv = ["run", "--requests", "5", "--num-gpu-blocks-override", "300"]
+    argv = ["run", "--block-size", "16", "--requests", "5", "--num-gpu-blocks-override", "300"]
     assert main([*argv, "--preset", "vllm-v0", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["config"]["num_blocks"] == 301

@@ -88,8 +88,10 @@ def test_the_block_manager_example_prints_what_the_readme_says():
 def test_the_readme_pool_line_is_the_configs():
     import kvsim
 
-    cfg = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes="12GiB")
-    assert f"cfg.pool.line()  # '{cfg.pool.line()}'" in (ROOT / "README.md").read_text()
+    cfg = kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes="12GiB", block_size=16)
+    text = (ROOT / "README.md").read_text()
+    assert 'kvsim.SimConfig(model="opt-13b", gpu="a100-40gb", kv_cache_bytes="12GiB", block_size=16)' in text
+    assert f"cfg.pool.line()  # '{cfg.pool.line()}'" in text
 
 
 def test_the_readme_startup_table_is_what_its_command_prints():

@@ -733,3 +733,28 @@ def test_rows_written_before_a_knobs_meaning_changed_are_not_reused(tmp_path, ca
     text = capsys.readouterr().out
     assert "1 row in" in text, text
     assert "async_scheduling=False meant two batches in flight" in text, text
+
+
+def test_a_utilization_of_092_under_measured_sizing_changed_meaning():
+    """Until 2026-12-07 gpu_memory_utilization had one default, 0.92, which measured sizing read as unset
+    (1.0); since then it is unset by default (1.0 there, vLLM 0.34.0's resolved_gpu_memory_utilization) and
+    0.92 given caps at 0.92. A point given 0.92 under measured sizing hashes the knob's revision, and its rows
+    of before (at 1.0) are stale; a point left unset (1.0 now) resolved 0.92 then; a profiled point is as it
+    was."""
+    from kvsim import SimConfig
+    from kvsim.analysis.sweep_revisions import knob_revisions, legacy_identities
+
+    base = {"model": "llama-3.1-8b", "gpu": "h100-80gb"}
+    given = SimConfig(**base, kv_cache_sizing="measured", gpu_memory_utilization=0.92).resolved()
+    unset = SimConfig(**base, kv_cache_sizing="measured").resolved()
+    profiled = SimConfig(**base, kv_cache_sizing="profiled").resolved()
+    assert (given["gpu_memory_utilization"], unset["gpu_memory_utilization"]) == (0.92, 1.0)
+    assert knob_revisions(given) == {"gpu_memory_utilization": 2}
+    assert knob_revisions(unset) == knob_revisions(profiled) == {}
+
+    def legacy(resolved: dict) -> list:  # (async_scheduling's own change adds its entry to every point)
+        return [(dict(c), r) for k, c, r in legacy_identities(resolved) if k == "gpu_memory_utilization"]
+
+    assert legacy(given) == [(given, {})]
+    assert legacy(unset) == [({**unset, "gpu_memory_utilization": 0.92}, {})]
+    assert legacy(profiled) == []

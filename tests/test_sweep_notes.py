@@ -34,9 +34,10 @@ def test_the_sweep_says_kvsim_runs_override_note_once(capsys, tmp_path):
     base = ["--base", "model=llama-3-8b", "--base", "num_blocks=3000", "--base", "kv_cache_bytes=12GiB"]
     notes = _notes(capsys, [*base, "--grid", "max_num_seqs=8,16"], tmp_path / "a.parquet")
     assert notes == [
+        # (12 GiB of Llama-3-8B in blocks of 64, the default: 12 × 2^30 // (64 × 131,072) = 1,536)
         "note: --base num_blocks 3,000 sizes the pool, not --base kv_cache_bytes 12.0 GiB (whose KV memory "
-        'holds 6,144 blocks): vLLM lets the override win (its get_kv_cache_configs logs "Overriding '
-        'num_gpu_blocks=6144 with num_gpu_blocks_override=3000"), so --base kv_cache_bytes sizes nothing here'
+        'holds 1,536 blocks): vLLM lets the override win (its get_kv_cache_configs logs "Overriding '
+        'num_gpu_blocks=1536 with num_gpu_blocks_override=3000"), so --base kv_cache_bytes sizes nothing here'
     ]
     # kvsim run says the same of one of those points, spelled as its flags.
     run = [
@@ -118,7 +119,8 @@ def test_a_sweep_files_fields_are_named_by_its_tables_and_no_override_no_note(ca
     assert notes == []
 
 
-OPT = ["--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=12GiB",
+# (the paper's setup, its block of 16 given)
+OPT = ["--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=12GiB", "--base", "block_size=16",
        "--workload", "sharegpt:arrival_rate=2", "--no-progress", "--no-resume"]  # fmt: skip
 
 
@@ -197,7 +199,7 @@ def test_a_sweeps_header_counts_runs_and_says_what_they_are(capsys, tmp_path):
     assert note.startswith("note: not a steady state at 2 of the sweep's 2 points: ")
 
 
-RATES = ["--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=12GiB",
+RATES = ["--base", "model=opt-13b", "--base", "gpu=a100-40gb", "--base", "kv_cache_bytes=12GiB", "--base", "block_size=16",
          "--workload", "sharegpt", "--requests", "600", "--no-progress", "--no-resume"]  # fmt: skip
 OVERLOADED = "note: overloaded at "
 
@@ -205,7 +207,16 @@ OVERLOADED = "note: overloaded at "
 def _run_notes(capsys: pytest.CaptureFixture[str], rate: float) -> list[str]:
     """`kvsim run`'s notes on the sweep's point at `rate` req/s (one seed: the sweep's first, 0)."""
     argv = ["run", "--model", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-memory-bytes", "12GiB"]
-    argv += ["--workload", f"sharegpt:arrival_rate={rate}", "--requests", "600", "--seed", "0"]
+    argv += [
+        "--block-size",
+        "16",
+        "--workload",
+        f"sharegpt:arrival_rate={rate}",
+        "--requests",
+        "600",
+        "--seed",
+        "0",
+    ]
     assert main(argv) == 0
     return [x for x in capsys.readouterr().out.splitlines() if x.startswith("note: ")]
 

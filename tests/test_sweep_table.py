@@ -152,7 +152,8 @@ def test_a_byte_axis_reads_as_the_command_line_takes_it(capsys, tmp_path):
     """`kv_cache_bytes` printed `4294967296` where `--grid kv_cache_bytes=4GiB` gave it: a byte axis reads in
     binary units, and the table's values are the rows' (the pool each point built: 2 MiB blocks)."""
     out = tmp_path / "bytes.parquet"
-    argv = ["sweep", "--base", "model=llama-3.1-8b", "--base", "gpu=h100-80gb", "--base", "max_model_len=8192",
+    argv = ["sweep", "--base", "model=llama-3.1-8b", "--base", "gpu=h100-80gb", "--base", "block_size=16",
+            "--base", "max_model_len=8192",
             "--grid", "kv_cache_bytes=4GiB,1.5GiB,3000000000", "--requests", "20", "--output", str(out),
             "--no-progress", "--show", "throughput_rps"]  # fmt: skip
     assert main(argv) == 0

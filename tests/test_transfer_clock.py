@@ -238,7 +238,17 @@ def test_the_cli_reports_a_transfer_past_the_clock_in_one_line(capsys, tmp_path)
     """A trace replays from its first request: a row at 0 and one LATE later overflow as LATE does."""
     path = tmp_path / "late.csv"
     path.write_text(f"arrival,prompt_len,output_len\n0,4,1\n{LATE!r},64,1\n")
-    argv = ["run", "--num-blocks", "64", "--workload", str(path), "--kv-offloading-chunks", "16"]
+    argv = [
+        "run",
+        "--block-size",
+        "16",
+        "--num-blocks",
+        "64",
+        "--workload",
+        str(path),
+        "--kv-offloading-chunks",
+        "16",
+    ]
     argv += ["--kv-offloading-ps-per-block", "0", "--iteration-time-ps", str(TICK)]
     assert main([*argv, "--kv-offloading-latency-ps", "1000", "--json"]) == 0
     capsys.readouterr()

@@ -27,12 +27,14 @@ from kvsim.model.config import SimConfig
 TRACE = "mooncake-conversation"
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
 FLEET_SIZES = (4, 8)
-# The fleet's total KV memory: four H100-80GB pools of Llama-3.1-8B as vLLM 0.33.0 sizes them (usable blocks
-# of 16 tokens at its default utilisation 0.92, vllm serve's batch limits on an H100), rounded down to a
+# The fleet's total KV memory: four H100-80GB pools of Llama-3.1-8B as vLLM 0.34.0 sizes them (the memory
+# measured after warmup, vllm serve's batch limits on an H100), in usable blocks of 16 tokens (given: the
+# reuse ceilings, `claims_seed`, count 16-token blocks, where 0.34.0's default block is 64), rounded down to a
 # multiple of every fleet size so that it splits evenly over the replicas.
+BLOCK = 16
 H100_POOL = SimConfig(
-    model="llama-3.1-8b", gpu="h100-80gb"
-)  # `kvsim run`'s 28,140 blocks, the null one counted
+    model="llama-3.1-8b", gpu="h100-80gb", block_size=BLOCK
+)  # `kvsim run --block-size 16`'s 30,655 blocks, the null one counted
 TOTAL_BLOCKS = 4 * H100_POOL.capacity_blocks // 8 * 8
 MARGIN = 0.01  # prefix-affinity must beat round-robin's hit rate by at least one point
 
@@ -49,6 +51,7 @@ def fleet_experiments() -> list[Experiment]:
                 "gpu": "h100-80gb",
                 "kv_cache_bytes": None,
                 "num_blocks": TOTAL_BLOCKS // n + 1,
+                "block_size": BLOCK,
                 "replicas": n,
             },
             requests=20_000,

@@ -81,7 +81,8 @@ class Experiment:
         return SweepSpec(
             name=f"claims-{self.name}",
             grid={k: list(v) for k, v in self.grid.items()},
-            base={**DEFAULT_BASE, **self.base},
+            # (a field the grid sweeps, the paper's block size, is not the base's too)
+            base={**{k: v for k, v in DEFAULT_BASE.items() if k not in self.grid}, **self.base},
             workloads=list(self.workloads),
             seeds=self.seeds,
             requests=max(1, round(self.requests * scale)),

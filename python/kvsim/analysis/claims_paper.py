@@ -85,7 +85,8 @@ def paper_experiments() -> list[Experiment]:
                 "model": "llama-2-13b",
                 "gpu": "a100-40gb",
                 "kv_cache_bytes": None,
-                "gpu_memory_utilization": 0.9,  # the paper's vLLM (v0) default, not 0.33.0's 0.92
+                "gpu_memory_utilization": 0.9,  # the paper's vLLM (v0) default, not 0.20.0 and later's 0.92
+                "kv_cache_sizing": "profiled",  # v0 profiled the memory (0.34.0 measures it after warmup)
                 "cudagraph_memory_bytes": 0,  # v0 kept no CUDA-graph memory from the KV cache (before 0.20.0)
                 "enable_prefix_caching": True,
             },

@@ -97,8 +97,8 @@ def seed_experiments() -> list[Experiment]:
             },
             requests=20_000,
             seeds=1,
-            why="whole traces replayed by timestamp; Llama-3-8B on an A100-80GB (utilisation 0.92, vLLM 0.33.0's "
-            "default)",
+            why="whole traces replayed by timestamp; Llama-3-8B on an A100-80GB (its pool sized from the memory "
+            "measured after warmup, vLLM 0.34.0's default; blocks of 16 tokens)",
         ),
     ]
 

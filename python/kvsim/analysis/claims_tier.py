@@ -23,9 +23,10 @@ TRACES = ("mooncake-conversation", "mooncake-synthetic")
 # A quarter of the traces' rate: one H100 serves them without a queue that grows without end (the traces
 # come from a cluster; at their own rate one GPU's TTFT is minutes).
 TIME_SCALE = 4.0
-# The GPU pools, in blocks of 16 (the null block counted): 2^16 tokens, and vLLM's for Llama-3.1-8B on an
-# H100-80GB (utilisation 0.92).
-H100_BLOCKS: int = SimConfig(model="llama-3.1-8b", gpu="h100-80gb").capacity_blocks + 1
+# The GPU pools, in blocks of 16 (the null block counted; given: the reuse ceilings, `claims_seed`, count
+# 16-token blocks, where vLLM 0.34.0's default block is 64): 2^16 tokens, and vLLM 0.34.0's for Llama-3.1-8B
+# on an H100-80GB (sized from the memory measured after warmup).
+H100_BLOCKS: int = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", block_size=16).capacity_blocks + 1
 POOLS = (2**12 + 1, H100_BLOCKS)
 # The tier in chunks of one 16-token block: 0 and 2^20 to 2^26 tokens (Llama-3.1-8B's 128 KiB a token: 128
 # GiB to 8 TiB of host memory). A server of 8 H100s holds about 2 TB of host memory (MLCommons inference
@@ -39,7 +40,13 @@ HOST_MEMORY_SOURCE = (
     "about 2 TB of host memory for 8 H100s, 256 GB a GPU (MLCommons inference v3.1, Dell XE9680 "
     "H100-SXM-80GB x8 system description)"
 )
-BASE = {"model": "llama-3.1-8b", "gpu": "h100-80gb", "kv_cache_bytes": None, "enable_prefix_caching": True}
+BASE = {
+    "model": "llama-3.1-8b",
+    "gpu": "h100-80gb",
+    "kv_cache_bytes": None,
+    "enable_prefix_caching": True,
+    "block_size": 16,
+}
 
 
 def token_bytes() -> int:
@@ -63,7 +70,7 @@ FLEET_REPLICAS = 4
 FLEET_TIER_TOKENS = 2**22  # per replica: 512 GiB of Llama-3.1-8B's KV in host memory
 # The fleet's GPU pools: one H100-80GB's pool of Llama-3.1-8B split over the 4 replicas (a quarter of the
 # fleet claims' four pools: a small GPU cache, where a CPU tier shows its gain).
-FLEET_BLOCKS = SimConfig(model="llama-3.1-8b", gpu="h100-80gb").capacity_blocks // 8 * 8
+FLEET_BLOCKS = SimConfig(model="llama-3.1-8b", gpu="h100-80gb", block_size=16).capacity_blocks // 8 * 8
 FLEET_POOL = FLEET_BLOCKS // FLEET_REPLICAS + 1  # a replica's, the null block counted
 MARGIN = 0.05  # the largest tier's hit rate within 5 points of the ceiling
 CEILING_SLACK = 1e-9  # above the ceiling by more than float rounding: a bug

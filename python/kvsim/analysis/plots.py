@@ -325,9 +325,14 @@ def blocks_the_gpu_holds(res: Results) -> int | None:
     first = res.frame.row(0, named=True)
     if not (first.get("model") and first.get("gpu")):
         return None
-    keys = ("model", "gpu", "block_size", "max_model_len", "gpu_memory_utilization")
+    keys = ("model", "gpu", "block_size", "max_model_len")
     try:
         cfg = SimConfig(**{k: first[k] for k in keys if first.get(k) is not None})
+        # (a row's share is the resolved one: 0.92, the profiled default, where its pool was given in blocks,
+        # read as unset; another value was given, and is the share vLLM would size at)
+        share = first.get("gpu_memory_utilization")
+        if share is not None and share not in (cfg.gpu_memory_utilization, 0.92):
+            cfg = cfg.replace(gpu_memory_utilization=share)
     except InvalidArgumentError:
         return None
     return None if cfg.num_blocks is None else cfg.num_blocks - 1

@@ -28,12 +28,19 @@ class MeaningChange:
         default_was: (today's default, the value it resolved to before) where the knob's default changed
             with its meaning: a point at today's default was written under the old one's spelling, and its
             rows are old ones too.
+        where: the other knobs' values (name -> value) under which alone the meaning changed (a point
+            without them keeps its id); empty: everywhere.
     """
 
     revision: int
     values: tuple[Any, ...]
     before: str
     default_was: tuple[Any, Any] | None = None
+    where: tuple[tuple[str, Any], ...] = ()
+
+    def applies(self, resolved: Mapping[str, Any]) -> bool:
+        """Whether a point of config `resolved` is one whose meaning could have changed (`where`)."""
+        return all(name in resolved and _same(resolved[name], v) for name, v in self.where)
 
 
 MEANING_CHANGES: dict[str, MeaningChange] = {
@@ -48,6 +55,19 @@ MEANING_CHANGES: dict[str, MeaningChange] = {
         "async_scheduling=False meant two batches in flight; now one, --no-async-scheduling",
         default_was=(None, False),
     ),
+    # kvsim 0.1.0 before 2026-12-07 (the day measured sizing came): gpu_memory_utilization had one default,
+    # 0.92, which measured sizing read as unset (1.0), so 0.92 under it sized the pool at 1.0; since then the
+    # knob is unset by default (vLLM 0.34.0's resolved_gpu_memory_utilization: 1.0 there) and 0.92 given caps
+    # it at 0.92, as vLLM does. A point at today's unset 1.0 resolved 0.92 then (the same pool; its column
+    # said 0.92). (A point with kv_cache_bytes or num_blocks given, which turn measured sizing off, is counted
+    # too: such rows run again, no more.)
+    "gpu_memory_utilization": MeaningChange(
+        2,
+        (0.92,),
+        "gpu_memory_utilization=0.92 under kv_cache_sizing=measured meant unset, 1.0; now it caps at 0.92",
+        default_was=(1.0, 0.92),
+        where=(("kv_cache_sizing", "measured"),),
+    ),
 }
 
 
@@ -60,7 +80,9 @@ def knob_revisions(resolved: Mapping[str, Any]) -> dict[str, int]:
     return {
         name: change.revision
         for name, change in MEANING_CHANGES.items()
-        if name in resolved and any(_same(resolved[name], v) for v in change.values)
+        if name in resolved
+        and change.applies(resolved)
+        and any(_same(resolved[name], v) for v in change.values)
     }
 
 
@@ -79,7 +101,7 @@ def legacy_defaults(resolved: Mapping[str, Any]) -> Iterator[tuple[str, dict[str
     """For each knob whose default changed with its meaning and which `resolved` holds at today's default,
     the config as it resolved before (the old default in its place), with the knob."""
     for name, change in MEANING_CHANGES.items():
-        if change.default_was is not None and name in resolved:
+        if change.default_was is not None and name in resolved and change.applies(resolved):
             now, was = change.default_was
             if _same(resolved[name], now):
                 yield name, {**resolved, name: was}

@@ -27,9 +27,18 @@ METRICS_POINTER = (
 
 _BARE: Any = object()  # a bare `--save-result` (vLLM's flag form): save into --result-dir or "."
 
-# SimConfig.preset's names: the defaults' (vLLM 0.23.0-0.33.0), then the newest release's and older ones in
-# order (DESIGN.md §Presets; a test checks they are all of them).
-PRESETS = ("vllm-latest", "vllm-0.34", "vllm-0.20", "vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0")
+# SimConfig.preset's names: the defaults' (vLLM 0.34.0), the newest release's by name (the same), then older
+# ones in order (DESIGN.md §Presets; a test checks they are all of them).
+PRESETS = (
+    "vllm-latest",
+    "vllm-0.34",
+    "vllm-0.33",
+    "vllm-0.20",
+    "vllm-0.19",
+    "vllm-v1",
+    "vllm-0.11",
+    "vllm-v0",
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -362,8 +371,8 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
         choices=PRESETS,
         default=None,
         help="start from a vLLM release's rules (SimConfig.preset; DESIGN.md §Presets): vllm-latest "
-        "0.23-0.33 (the defaults), vllm-0.34 0.34.0, vllm-0.20 0.20-0.22, vllm-0.19 0.19, vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 "
-        "the v0 engine; flags override it (default: none)",
+        "0.34.0 (the defaults; vllm-0.34 the same), vllm-0.33 0.23-0.33, vllm-0.20 0.20-0.22, vllm-0.19 0.19, "
+        "vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 the v0 engine; flags override it (default: none)",
     )
     _add_knob_flags(groups)
     groups["fleet"].add_argument(
@@ -420,14 +429,16 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
             "Run one simulation and print what vllm bench serve would, plus memory, cache and preemption\n"
             "metrics, and the pool line (what memory is simulated).\n\n"
             f"Examples:\n{examples}\n\n"
-            "The pool: --model and --gpu size it as vLLM does (gpu memory utilization x device memory -\n"
-            "weights / tp - activations), or --model with --kv-cache-memory-bytes, or\n"
+            "The pool: --model and --gpu size it as vLLM 0.34.0 does (what the memory measured after\n"
+            "warmup holds: device memory - weights / tp - non-torch memory - CUDA graphs - a margin -\n"
+            "activations; --kv-cache-sizing profiled: gpu memory utilization x device memory - weights / tp -\n"
+            "activations, 0.33.0's), or --model with --kv-cache-memory-bytes, or\n"
             "--num-gpu-blocks-override. Times: with a --gpu, the roofline's step times; without one every\n"
             "step takes 1 ms (time_model ticks), and the report says its times are ticks. Unset knobs take\n"
             "kvsim.model.config.KNOBS' defaults (DESIGN.md §Defaults); --preset starts from a vLLM\n"
             "release's rules; a TOML file (--toml) may hold `workload`, `requests`, `seed`, `backend` and\n"
-            "a [config] table. Scheduling rules are vLLM 0.33.0's; --preset vllm-0.34 gives 0.34.0's, older\n"
-            "releases' are the other presets of DESIGN.md §Presets. A flag with dashes takes underscores too\n"
+            "a [config] table. The rules are vLLM 0.34.0's (--preset vllm-latest, or vllm-0.34); --preset\n"
+            "vllm-0.33 gives 0.23.0-0.33.0's, older releases' are the other presets of DESIGN.md §Presets. A flag with dashes takes underscores too\n"
             "(--block_size is --block-size)."
         ),
         epilog=METRICS_POINTER,

@@ -409,35 +409,38 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
         if given(name):
             out[name] = None if tier else no_tier
     # vLLM 0.34.0's two rules (DESIGN.md §CPU tier): the threshold's count reads a threshold of 2 or more,
-    # the tier's junction a hybrid model's full-attention group beside a window or state group.
-    if given("kv_offloading_store_threshold_count"):
-        thresholds = [c.kv_offloading_store_threshold for c in (config, prefill) if c is not None]
-        out["kv_offloading_store_threshold_count"] = (
-            no_tier
-            if not tier
-            else None
-            if max(thresholds) >= 2
-            else f"{spell.value('kv_offloading_store_threshold_count', config.kv_offloading_store_threshold_count)} "
-            "does nothing here: it says what counts toward the CPU tier's store threshold, and this run has "
-            f"none (under 2 every offer stores): give {spell.setting('kv_offloading_store_threshold', 'N')} "
-            f"of 2 or more or {spell.drop}"
-        )
-    if given("kv_offloading_hit_junction"):
-        layout = config.pool.layout
-        kinds = set() if layout is None else {g.kind for g in layout.groups}
-        out["kv_offloading_hit_junction"] = (
-            no_tier
-            if not tier
-            else None
-            if "full" in kinds and kinds - {"full"}
-            else f"{spell.value('kv_offloading_hit_junction', True)} does nothing here: it marks where a "
-            "sliding-window, chunked-local or Mamba group cut a CPU-tier hit below the full-attention groups', "
-            f"and this run's pool has {'groups of ' + ', '.join(sorted(kinds)) + ' only' if kinds else 'one full-attention group'}: "
-            f"give a hybrid model with both or {spell.drop}"
-        )
+    # the tier's junction a hybrid model's full-attention group beside a window or state group. (Either value
+    # of these and of the sizing knobs below, the defaults' too: the callers keep the user's knobs alone.)
+    thresholds = [c.kv_offloading_store_threshold for c in (config, prefill) if c is not None]
+    out["kv_offloading_store_threshold_count"] = (
+        no_tier
+        if not tier
+        else None
+        if max(thresholds) >= 2
+        else f"{spell.value('kv_offloading_store_threshold_count', config.kv_offloading_store_threshold_count)} "
+        "does nothing here: it says what counts toward the CPU tier's store threshold, and this run has "
+        f"none (under 2 every offer stores): give {spell.setting('kv_offloading_store_threshold', 'N')} "
+        f"of 2 or more or {spell.drop}"
+    )
+    layout = config.pool.layout
+    kinds = set() if layout is None else {g.kind for g in layout.groups}
+    out["kv_offloading_hit_junction"] = (
+        no_tier
+        if not tier
+        else None
+        if "full" in kinds and kinds - {"full"}
+        else f"{spell.value('kv_offloading_hit_junction', config.kv_offloading_hit_junction)} does nothing "
+        "here: it marks where a sliding-window, chunked-local or Mamba group cut a CPU-tier hit below the "
+        "full-attention groups', "
+        f"and this run's pool has {'groups of ' + ', '.join(sorted(kinds)) + ' only' if kinds else 'one full-attention group'}: "
+        f"give a hybrid model with both or {spell.drop}"
+    )
     # vLLM 0.34.0's sizing knobs (DESIGN.md §Presets): measured sizing reads a pool sized from a GPU that
     # vLLM keeps it on for, the default block size a run whose block size is not given.
-    if given("kv_cache_sizing") and not config.measured_sizing_on:
+    # (either value is idle where vLLM keeps the extensible cache off whatever is asked: a pool given in bytes
+    # or blocks, or none sized from a GPU; "profiled" given acts wherever "measured" could)
+    off = None
+    if given("kv_cache_sizing"):
         from kvsim.model.gpus import is_rocm
         from kvsim.model.gpus import resolve as resolve_gpu
         from kvsim.model.measured import measured_off
@@ -452,12 +455,13 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
                 disaggregated=config.prefill_replicas > 0,
             )
         )
+    if off is not None:
         out["kv_cache_sizing"] = (
             f"{spell.value('kv_cache_sizing', config.kv_cache_sizing)} does nothing here: vLLM 0.34.0 sizes "
             f"the pool from measured memory only where it keeps its extensible KV cache on, and {off}; "
             f"{spell.drop}"
         )
-    if given("default_block_size") and config._given.get("block_size") is not None:
+    if config._given.get("block_size") is not None:
         out["default_block_size"] = (
             f"{spell.value('default_block_size', config.default_block_size)} does nothing here: it is the "
             f"block size vLLM offers when none is given, and this run gives "

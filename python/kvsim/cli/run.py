@@ -748,6 +748,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             and not (k == "block_size" and v == config.default_block_size and pool_bs == v)
             # (a sizing knob another overrode, as vLLM lets it: the notes say which one sized the pool)
             and k not in getattr(args, "overridden_knobs", ())
+            # (unset, settled as vLLM 0.34.0 settles them: the pool line says how it was sized)
+            and not (k in ("gpu_memory_utilization", "kv_cache_sizing") and k in config.derived)
         }
         # (a size in GiB, as vLLM's flag takes it, with its unit: `kv_offloading_size=64 GiB`, not `=64.0`)
         print(

@@ -7,8 +7,9 @@ Every field is validated and converted where it enters (`SimConfig.__post_init__
 the choices and limits every layer imports. Field names follow vLLM's spelling where vLLM has one
 (`block_size`, `enable_prefix_caching`, `max_num_seqs`, `max_num_batched_tokens`, `max_model_len`,
 `gpu_memory_utilization`, `tensor_parallel_size`, `kv_cache_dtype`). DESIGN.md §Engine describes what each
-knob does and §Defaults lists the table; the defaults are vLLM 0.33.0's rules, the preset
-`vllm-0.34` gives 0.34.0's and the other presets older releases' (DESIGN.md §Presets). The time model's methods (`time_model` resolved, its coefficients
+knob does and §Defaults lists the table; the defaults are vLLM 0.34.0's rules (the preset `vllm-latest`,
+and `vllm-0.34` the same), the preset `vllm-0.33` gives 0.23.0 to 0.33.0's and the other presets older
+releases' (DESIGN.md §Presets). The time model's methods (`time_model` resolved, its coefficients
 derived, `time_line`) are in `kvsim.model.config_time`, the CPU tier's sizing in `kvsim.model.config_tier`,
 its dictionaries (`to_dict`, `resolved`, `describe`, `from_dict`) in `kvsim.model.config_dict`, the
 cross-knob checks (combinations, parallelism, DP groups, the hybrid manager's values, `async_scheduling`) in
@@ -68,8 +69,6 @@ from kvsim.model.knobs import (
 )
 from kvsim.model.layer_types import in_flight_batches
 
-DEFAULT_BLOCK_SIZE = 16  # vLLM's CacheConfig.DEFAULT_BLOCK_SIZE
-
 # vLLM's defaults without a GPU to pick by (its LLM class on a GPU under 70 GiB or an A100).
 KNOB_DEFAULT_TOKENS = 8192
 KNOB_DEFAULT_SEQS = 256
@@ -88,7 +87,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     `gpu_memory_utilization` × device memory − weights / `tensor_parallel_size` − the activation reserve),
     or by `kv_cache_bytes` directly. `pool` describes the result (`pool.line()`).
 
-    Admission (the defaults are vLLM 0.23 and later, `preset("vllm-latest")`): a waiting sequence starts
+    Admission (the defaults are vLLM 0.23 and later, `preset("vllm-latest")`, vLLM 0.34.0): a waiting sequence starts
     if its whole prompt's blocks are free (`admission_gate="full-prompt"`; `"none"`: its first chunk's,
     vLLM before 0.19); freed blocks without a key go to the head of the free queue
     (`free_order="lifo_unhashed"`; `"classic"`: every one to the tail, before 0.23). With chunked prefill
@@ -166,8 +165,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     swap_ps_per_block: int = default("swap_ps_per_block")  # None until derived: always an int after init
     model: Any = default("model")  # noqa: RUF009
     gpu: Any = default("gpu")  # noqa: RUF009
-    gpu_memory_utilization: float = default("gpu_memory_utilization")
-    kv_cache_sizing: str = default("kv_cache_sizing")
+    gpu_memory_utilization: float = default(
+        "gpu_memory_utilization"
+    )  # None until derived: a float after init
+    kv_cache_sizing: str = default("kv_cache_sizing")  # None until derived: a choice after init
     kv_cache_bytes: int | None = default("kv_cache_bytes")
     tensor_parallel_size: int = default("tensor_parallel_size")
     data_parallel_size: int = default("data_parallel_size")
@@ -202,6 +203,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             object.__setattr__(self, f.name, convert(f.name, getattr(self, f.name)))
         # (as given, converted: `to_dict` writes them, `replace` passes them on)
         object.__setattr__(self, "_given", {name: getattr(self, name) for name in _DERIVED})
+        self._resolve_kv_cache_sizing()
         self._resolve_kv_cache_dtype()
         self._resolve_block_size()
         self._check_context()
@@ -209,6 +211,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         self._batch_limits()
         self._check_combinations()
         self._check_parallelism()
+        self._resolve_gpu_memory_utilization()
         self._size()
         self._check_dp_groups()
         self._check_pd_tier()
@@ -433,7 +436,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             self.gpu,
             self.block_size,
             num_blocks=self.num_blocks,
-            gpu_memory_utilization=self.resolved_gpu_memory_utilization,
+            gpu_memory_utilization=self.gpu_memory_utilization,
             kv_cache_bytes=self.kv_cache_bytes,
             activation_reserve_bytes=self.activation_reserve_bytes,
             kv_cache_dtype=self.kv_cache_dtype,
@@ -484,17 +487,35 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         )
         return off is None
 
-    @property
-    def resolved_gpu_memory_utilization(self) -> float:
-        """The share of device memory the pool is sized from: `gpu_memory_utilization`, but 1.0 where the pool
-        is sized from measured memory and it is at its default (vLLM 0.34.0's
-        `CacheConfig.resolved_gpu_memory_utilization`, for an unset one: kvsim's knob has one default, 0.92,
-        so a 0.92 given reads as unset too; DESIGN.md §Defaults and sizing, "Measured sizing")."""
-        from kvsim.model.measured import MEASURED_GPU_MEMORY_UTILIZATION
+    def _resolve_kv_cache_sizing(self) -> None:
+        """`kv_cache_sizing` unset: as vLLM 0.34.0 settles an unset `enable_extensible_kv_cache`
+        (`kvsim.model.measured.unset_sizing`); one given is kept. `_given` keeps it unset, so `replace`
+        settles it again."""
+        if self.kv_cache_sizing is not None:
+            return
+        from kvsim.model.gpus import is_rocm
+        from kvsim.model.gpus import resolve as resolve_gpu
+        from kvsim.model.measured import unset_sizing
 
-        if self.measured_sizing_on and self.gpu_memory_utilization == default("gpu_memory_utilization"):
-            return MEASURED_GPU_MEMORY_UTILIZATION
-        return self.gpu_memory_utilization
+        sizing = unset_sizing(
+            kv_cache_bytes=self.kv_cache_bytes is not None,
+            num_blocks=self.num_blocks is not None,
+            rocm=self.gpu is not None and is_rocm(resolve_gpu(self.gpu).arch),
+            disaggregated=self.prefill_replicas > 0,
+            v0_pool=self.pool_null_block == "extra",
+            activation_reserve=self.activation_reserve_bytes is not None,
+        )
+        object.__setattr__(self, "kv_cache_sizing", sizing)
+
+    def _resolve_gpu_memory_utilization(self) -> None:
+        """`gpu_memory_utilization` unset: vLLM 0.34.0's `CacheConfig.resolved_gpu_memory_utilization`, 1.0
+        where the pool is sized from measured memory (`measured_sizing_on`) and 0.92 elsewhere; one given is
+        kept (under measured sizing it caps the budget, as in vLLM). `_given` keeps it unset, so `replace`
+        resolves it again (DESIGN.md §Defaults and sizing, "Measured sizing")."""
+        from kvsim.model.measured import resolved_gpu_memory_utilization
+
+        share = resolved_gpu_memory_utilization(self.gpu_memory_utilization, self.measured_sizing_on)
+        object.__setattr__(self, "gpu_memory_utilization", share)
 
     @property
     def max_in_flight_tokens(self) -> int:
@@ -586,19 +607,24 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         """The knobs of a range of vLLM releases, read from each release's `vllm/v1/core` (DESIGN.md
         §Presets); `SimConfig()` without a preset is `vllm-latest`.
 
-        - `vllm-latest`: vLLM 0.23.0 to 0.33.0 (the defaults; 0.34.0 is `vllm-0.34`): freed
-          blocks without a key to the head of the free queue (`free_order="lifo_unhashed"`), admission only
-          if the whole prompt fits (`admission_gate="full-prompt"`, `scheduler_reserve_full_isl`), and with
-          chunked prefill off the waiting loop ends at a prompt over the budget left
-          (`waiting_over_budget="stop"`); no watermark (vLLM's default), and one given is kept free while
-          some request runs (`watermark_rule="while-running"`, vLLM 0.24.0 and later).
-        - `vllm-0.34`: vLLM 0.34.0: `vllm-latest`'s rules with 0.34.0's six changes (DESIGN.md §Presets):
-          a default block of 64 (`default_block_size`), the KV cache sized from measured memory with an unset
+        - `vllm-latest`: vLLM 0.34.0 (the defaults; `vllm-0.34` is the same preset, by its release's name):
+          `vllm-0.33`'s rules with 0.34.0's six changes (DESIGN.md §Presets): a default block of 64
+          (`default_block_size`), the KV cache sized from measured memory with an unset
           `gpu_memory_utilization` read as 1.0 (`kv_cache_sizing="measured"`), and with a CPU tier a tier
           hit cut by a window or a state taking the junction (`kv_offloading_hit_junction`) and
           `store_threshold` counting a key once a request (`kv_offloading_store_threshold_count`); the CUDA
           graphs captured at 0.34.0's split sizes (`cudagraph_capture_grid="split"`); DeepSeek-V3.2's and GLM-5's
           ShardQ exchange buffers under tensor parallelism (`sparse_mla_shard_q`).
+        - `vllm-0.33`: vLLM 0.23.0 to 0.33.0: freed blocks without a key to the head of the free queue
+          (`free_order="lifo_unhashed"`), admission only if the whole prompt fits
+          (`admission_gate="full-prompt"`, `scheduler_reserve_full_isl`), and with chunked prefill off the
+          waiting loop ends at a prompt over the budget left (`waiting_over_budget="stop"`); no watermark
+          (vLLM's default), and one given is kept free while some request runs
+          (`watermark_rule="while-running"`, vLLM 0.24.0 and later); a default block of 16, the pool
+          profiled at `gpu_memory_utilization` 0.92, a CPU tier's junction from the GPU lookup only and its
+          threshold counting every offer (the six knobs 0.34.0 changed, each at 0.33.0's value:
+          graphs at the shared capture sizes, no ShardQ buffers; every
+          older preset sets them so too).
         - `vllm-0.20`: vLLM 0.20.0 to 0.22.1: the full-prompt gate, classic free order, stop.
         - `vllm-0.19`: vLLM 0.19.0 to 0.19.1: as `vllm-0.20`, with `gpu_memory_utilization` 0.9 (0.20.0
           raised vLLM's default to 0.92, the knob's; every older preset sets 0.9 too).
@@ -614,8 +640,18 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
           `cpu_blocks`, lone sequences recomputed; with a `model`, `cpu_blocks` defaults to v0's 4 GiB of
           swap space).
         """
+        # What vLLM 0.34.0 changed (DESIGN.md §Presets, "vLLM 0.34.0"), as every earlier release had it.
+        before_034 = {
+            "default_block_size": 16,
+            "kv_cache_sizing": "profiled",
+            "kv_offloading_hit_junction": False,
+            "kv_offloading_store_threshold_count": "per-offer",
+            "cudagraph_capture_grid": "shared",
+            "sparse_mla_shard_q": False,
+        }
         # Before 0.20.0 vLLM's CacheConfig defaulted gpu_memory_utilization to 0.9 (DESIGN.md §Presets).
         classic = {
+            **before_034,
             "policy": "vllm",
             "free_order": "classic",
             "admission_gate": "none",
@@ -632,16 +668,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             "watermark_rule": "while-running",
         }
         presets: dict[str, dict[str, Any]] = {
+            # (0.34.0's six changes are the knobs' defaults: the preset names none of them)
             "vllm-latest": latest,
-            "vllm-0.34": {
-                **latest,
-                "default_block_size": 64,
-                "kv_cache_sizing": "measured",
-                "kv_offloading_hit_junction": True,
-                "kv_offloading_store_threshold_count": "per-request",
-                "cudagraph_capture_grid": "split",
-                "sparse_mla_shard_q": True,
-            },
+            "vllm-0.34": latest,
+            "vllm-0.33": {**latest, **before_034},
             "vllm-0.20": {
                 **classic,
                 "admission_gate": "full-prompt",

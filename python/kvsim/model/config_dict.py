@@ -32,6 +32,8 @@ DERIVED_FIELDS = (
     "max_num_seqs",
     "max_num_batched_tokens",
     "max_model_len",
+    "gpu_memory_utilization",
+    "kv_cache_sizing",
 )
 # `describe()`'s keys (not fields: `SimConfig.from_dict` reads them): the fields whose values were derived,
 # and the values given for fields resolved to another.

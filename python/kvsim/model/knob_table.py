@@ -137,7 +137,7 @@ KNOBS: dict[str, Knob] = {
         metavar="TOKENS",
     ),
     "default_block_size": Knob(
-        16,
+        64,
         "int",
         "the block size vLLM offers the attention backend when block_size is unset "
         "(CacheConfig.DEFAULT_BLOCK_SIZE): 16 (vLLM 0.33.0 and before) or 64 (vLLM 0.34.0: dense and MLA "
@@ -284,14 +284,14 @@ KNOBS: dict[str, Knob] = {
         metavar="N",
     ),
     "kv_offloading_store_threshold_count": Knob(
-        "per-offer",
+        "per-request",
         "choice",
         "what raises a chunk's count toward kv_offloading_store_threshold: per-offer (vLLM 0.33.0: every "
         "offer, a request's re-offers too) or per-request (vLLM 0.34.0: a request counts a chunk once)",
         choices=STORE_THRESHOLD_COUNTS,
     ),
     "kv_offloading_hit_junction": Knob(
-        False,
+        True,
         "bool",
         "a hybrid model's CPU-tier hit cut short by a sliding-window or Mamba group marks the full-attention "
         "groups' boundary as the request's shared-prefix junction, as a GPU hit's does (vLLM 0.34.0); off: "
@@ -510,23 +510,28 @@ KNOBS: dict[str, Knob] = {
         metavar="NAME|PATH",
     ),
     "gpu_memory_utilization": Knob(
-        0.92,
+        None,
         "float",
-        "fraction of GPU memory vLLM may use: vLLM's --gpu-memory-utilization, 0.92 from vLLM 0.20.0 on "
-        "(the presets vllm-0.19 and older set their releases' 0.9)",
+        "fraction of GPU memory vLLM may use: vLLM's --gpu-memory-utilization; unset, as in vLLM 0.34.0, 0.92 "
+        "(vLLM 0.20.0 on) and 1.0 where the pool is sized from measured memory (kv_cache_sizing measured; "
+        "CacheConfig.resolved_gpu_memory_utilization); the presets vllm-0.19 and older set their releases' 0.9",
         lo=0.0,
         hi=1.0,
         open_lo=True,
+        optional=True,
         metavar="FRACTION",
     ),
     "kv_cache_sizing": Knob(
-        "profiled",
+        None,
         "choice",
         "how the pool is sized from a GPU: profiled (vLLM 0.33.0: device memory x gpu_memory_utilization less "
         "the profiled terms) or measured (vLLM 0.34.0's extensible KV cache: what the memory measured after "
-        "warmup holds, less a margin; gpu_memory_utilization at its default reads as unset, 1.0; off, as in "
-        "vLLM, with kv_cache_bytes or num_blocks given)",
+        "warmup holds, less a margin; gpu_memory_utilization unset is 1.0; off, as in "
+        "vLLM, with kv_cache_bytes or num_blocks given); unset, as vLLM 0.34.0 settles it: measured, but "
+        "profiled with kv_cache_bytes or num_blocks given, a disaggregated fleet (no IMEX channel), "
+        "pool_null_block extra or activation_reserve_bytes",
         choices=SIZINGS,
+        optional=True,
     ),
     "kv_cache_bytes": Knob(
         None,
@@ -622,7 +627,7 @@ KNOBS: dict[str, Knob] = {
         metavar="SIZE",
     ),
     "cudagraph_capture_grid": Knob(
-        "shared",
+        "split",
         "choice",
         "the CUDA graphs the estimate counts: shared (vLLM 0.33.0: one list of token counts up to 512, 1024 "
         "on B200/B300 and for gpt-oss) or split (vLLM 0.34.0: prefill tokens and decode requests apart, "
@@ -630,7 +635,7 @@ KNOBS: dict[str, Knob] = {
         choices=CAPTURE_GRIDS,
     ),
     "sparse_mla_shard_q": Knob(
-        False,
+        True,
         "bool",
         "vLLM 0.34.0's ShardQ buffers (sparse_mla_shard_q): DeepSeek-V3.2 and GLM-5 under tensor parallelism, "
         "where their sparse MLA backend takes it; off: vLLM 0.33.0, which has none",
@@ -783,13 +788,15 @@ KNOBS: dict[str, Knob] = {
 # The paper's setup (PagedAttention §6.1): OPT-13B on one A100-40GB with 12 GiB of KV cache, roofline time.
 # The claims suite's base; an ordinary run starts from KNOBS' defaults.
 # Its batch limits are pinned at 8192 tokens and 256 sequences (kvsim's defaults when the claims were set, and
-# vLLM's LLM class on an A100), not what vllm serve picks on an A100 (2048 and 256; DESIGN.md §Defaults).
+# vLLM's LLM class on an A100), not what vllm serve picks on an A100 (2048 and 256; DESIGN.md §Defaults), and
+# its block at the paper's 16 tokens (vLLM 0.34.0's default is 64).
 PAPER_SETUP: dict[str, Any] = {
     "model": "opt-13b",
     "gpu": "a100-40gb",
     "kv_cache_bytes": 12 * 2**30,
     "max_num_batched_tokens": 8192,
     "max_num_seqs": 256,
+    "block_size": 16,
 }
 
 

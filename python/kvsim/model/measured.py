@@ -36,9 +36,20 @@ MARGIN_FLOOR_BYTES_ROCM = 3 << 30
 MARGIN_FRACTION = 0.75
 NON_TORCH_RESERVE_BYTES = 1 << 29
 NON_TORCH_RESERVE_BYTES_ROCM = 2 << 29
-# `CacheConfig.resolved_gpu_memory_utilization` with the extensible cache on and none given.
+# `CacheConfig.resolved_gpu_memory_utilization` (vLLM 0.34.0, `vllm/config/cache.py`) for none given: 1.0
+# with the extensible cache on, else `DEFAULT_GPU_MEMORY_UTILIZATION`, 0.92 (the default from 0.20.0 on).
 MEASURED_GPU_MEMORY_UTILIZATION = 1.0
+PROFILED_GPU_MEMORY_UTILIZATION = 0.92
 SIZINGS = ("profiled", "measured")
+
+
+def resolved_gpu_memory_utilization(given: float | None, measured: bool) -> float:
+    """The share of device memory the pool is sized from, as vLLM 0.34.0's
+    `CacheConfig.resolved_gpu_memory_utilization`: `given` where one is (a cap under measured sizing too),
+    else 1.0 where the pool is sized from measured memory (`measured`) and 0.92 where it is profiled."""
+    if given is not None:
+        return given
+    return MEASURED_GPU_MEMORY_UTILIZATION if measured else PROFILED_GPU_MEMORY_UTILIZATION
 
 
 def measure_kv_cache_bytes(
@@ -75,6 +86,30 @@ def measured_off(*, kv_cache_bytes: bool, num_blocks: bool, rocm: bool, disaggre
     if rocm and disaggregated:
         return "on ROCm a connector that registers the KV cache (NIXL's) cannot use driver-mapped memory"
     return None
+
+
+def unset_sizing(
+    *,
+    kv_cache_bytes: bool,
+    num_blocks: bool,
+    rocm: bool,
+    disaggregated: bool,
+    v0_pool: bool,
+    activation_reserve: bool,
+) -> str:
+    """`kv_cache_sizing` left unset, as vLLM 0.34.0 settles an unset `enable_extensible_kv_cache`
+    (`VllmConfig._resolve_extensible_kv_cache`, `vllm/config/vllm.py`): "measured" unless it is off there
+    (`measured_off`), or a disaggregated fleet on CUDA (NIXL's connector exports the cache by FABRIC handles,
+    which need an IMEX channel; without one vLLM leaves it off, "Extensible KV cache off: without an IMEX
+    channel, KV transfers within a host (e.g. NIXL) would lose NVLink", and kvsim assumes none), or a knob
+    only the profiled rule reads is given (`pool_null_block` "extra", vLLM v0's pool; `activation_reserve_bytes`,
+    one measured non-KV total): then "profiled"."""
+    off = measured_off(
+        kv_cache_bytes=kv_cache_bytes, num_blocks=num_blocks, rocm=rocm, disaggregated=disaggregated
+    )
+    if off is not None or disaggregated or v0_pool or activation_reserve:
+        return "profiled"
+    return "measured"
 
 
 @dataclass(frozen=True)
@@ -219,9 +254,12 @@ __all__ = [
     "MARGIN_FLOOR_BYTES_ROCM",
     "MARGIN_FRACTION",
     "MEASURED_GPU_MEMORY_UTILIZATION",
+    "PROFILED_GPU_MEMORY_UTILIZATION",
     "SIZINGS",
     "MeasuredSizing",
     "measure",
     "measure_kv_cache_bytes",
     "measured_off",
+    "resolved_gpu_memory_utilization",
+    "unset_sizing",
 ]

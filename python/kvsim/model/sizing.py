@@ -35,7 +35,7 @@ from kvsim.model import dsa
 from kvsim.model.collectives import sequence_parallel_replicated
 from kvsim.model.gpus import Gpu, datacenter_blackwell, is_rocm, sm_capability
 from kvsim.model.gpus import resolve as get_gpu
-from kvsim.model.knobs import KNOBS, MAX_BLOCKS
+from kvsim.model.knobs import MAX_BLOCKS
 from kvsim.model.layers import KVLayout, kv_layout
 from kvsim.model.linear_time import (
     CALIBRATION_DIR,
@@ -48,7 +48,7 @@ from kvsim.model.linear_time import (
     load_calibration,
 )
 from kvsim.model.machete import machete_zero_bytes
-from kvsim.model.measured import measure
+from kvsim.model.measured import PROFILED_GPU_MEMORY_UTILIZATION, measure, resolved_gpu_memory_utilization
 from kvsim.model.memory import StartupFigures, V0Startup, format_gib, non_kv_memory
 from kvsim.model.models import Model, model_label, with_quantization
 from kvsim.model.models import resolve as resolve_model
@@ -64,8 +64,9 @@ from kvsim.model.sizing_checks import (
 )
 from kvsim.model.units import fmt_bytes
 
-# The default share of device memory: the knob's (KNOBS), vLLM 0.20.0 and later's 0.92.
-GPU_MEMORY_UTILIZATION: float = KNOBS["gpu_memory_utilization"].default
+# The default share of device memory where the pool is profiled: vLLM 0.20.0 and later's 0.92 (an unset knob
+# is this, or 1.0 under measured sizing: `kvsim.model.measured.resolved_gpu_memory_utilization`).
+GPU_MEMORY_UTILIZATION: float = PROFILED_GPU_MEMORY_UTILIZATION
 
 
 def check_capability(m: Model, gpu: Gpu) -> None:
@@ -138,7 +139,7 @@ def size_pool(
     block_size: int,
     *,
     num_blocks: int | None = None,
-    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    gpu_memory_utilization: float | None = None,
     kv_cache_bytes: int | None = None,
     activation_reserve_bytes: int | None = None,
     kv_cache_dtype: str | None = None,
@@ -172,7 +173,8 @@ def size_pool(
     `language_model_only`; the rotary caches, `kvsim.model.rope`), the activation peak, non-torch memory
     and CUDA graphs (none with `enforce_eager`); `kv_cache_sizing` "measured", from a GPU, vLLM 0.34.0's rule
     (`kvsim.model.measured`: the blocks the memory measured after warmup holds, no more than these; the caller
-    resolves where vLLM turns it off and the utilization). `in_flight_batches` (vLLM's `max_concurrent_batches`: 2 with
+    resolves where vLLM turns it off; an unset `gpu_memory_utilization` is then 1.0, else 0.92:
+    `kvsim.model.measured.resolved_gpu_memory_utilization`). `in_flight_batches` (vLLM's `max_concurrent_batches`: 2 with
     async scheduling, 1 without) bounds a sliding-window or chunked-local group's blocks per request.
     With a model the result carries vLLM's four start-up figures (`PoolSizing.figures`).
 
@@ -182,6 +184,9 @@ def size_pool(
             numbers), too little memory for a block, or more blocks than a pool can hold (blamed on the
             knob that gave them).
     """
+    gpu_memory_utilization = resolved_gpu_memory_utilization(
+        gpu_memory_utilization, kv_cache_sizing == "measured"
+    )
     base = with_quantization(resolve_model(model), quantization) if model is not None else None
     if base is not None and base.is_dsa:
         # Sparse attention's own rules, as SimConfig's (`kvsim.model.dsa.resolve`)
@@ -533,7 +538,7 @@ def pool_blocks(
     model: Model | str,
     gpu: Gpu | str | None,
     block_size: int,
-    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    gpu_memory_utilization: float | None = GPU_MEMORY_UTILIZATION,
     *,
     kv_cache_bytes: int | None = None,
     activation_reserve_bytes: int = 0,
@@ -568,6 +573,8 @@ def pool_blocks(
     if block_size is None:  # (SimConfig derives an unset one from the model and the GPU; this takes it given)
         raise InvalidArgumentError("block_size None must be given (vLLM's default is 16)")
     gpu_memory_utilization = convert("gpu_memory_utilization", gpu_memory_utilization)
+    if gpu_memory_utilization is None:  # (unset: the profiled rule's 0.92, which this function follows)
+        gpu_memory_utilization = GPU_MEMORY_UTILIZATION
     kv_cache_bytes = convert("kv_cache_bytes", kv_cache_bytes)
     activation_reserve_bytes = convert("activation_reserve_bytes", activation_reserve_bytes)
     if kv_dtype is not None:
