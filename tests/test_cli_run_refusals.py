@@ -354,6 +354,15 @@ LLAMA_ON_H100 = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requ
             "counts, and --enforce-eager captures no graphs",
         ),
         (
+            ["--no-sparse-mla-shard-q"],
+            "--sparse-mla-shard-q: the flag does nothing here: vLLM 0.34.0 keeps ShardQ's buffers only for",
+        ),
+        (
+            ["--cudagraph-capture-grid", "shared", "--enforce-eager"],
+            "--cudagraph-capture-grid: 'shared' does nothing here: it picks the CUDA graphs kvsim's estimate "
+            "counts, and --enforce-eager captures no graphs",
+        ),
+        (
             ["--cudagraph-capture-grid", "split", "--cudagraph-memory-bytes", "1GiB"],
             "--cudagraph-capture-grid: 'split' does nothing here: it picks the CUDA graphs kvsim's estimate "
             "counts, and --cudagraph-memory-bytes gives the graphs' memory",

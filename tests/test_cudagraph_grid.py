@@ -98,10 +98,10 @@ def test_gpt_oss_capture_cap():
     assert memory.cudagraph_graphs(1024, 16384, True, "gpt_oss", "split") == memory.cudagraph_graphs(
         1024, 16384, True, "", "split"
     )
-    # Through the model: gpt-oss-20b on an H100 under the defaults counts its 166 graphs.
+    # Through the model: gpt-oss-20b on an H100 under vLLM 0.33.0's rule counts its 166 graphs.
     m = models.get("gpt-oss-20b")
     assert m.model_type == "gpt_oss"
-    pool = kvsim.SimConfig(model="gpt-oss-20b", gpu="h100-80gb").pool
+    pool = kvsim.SimConfig.preset("vllm-0.33", model="gpt-oss-20b", gpu="h100-80gb").pool
     first = memory.cudagraph_estimate(m, 1024, 8192) - 166 * max(
         memory.GRAPH_FLOOR_BYTES, m.num_layers * memory.GRAPH_LAYER_BYTES
     )
@@ -112,11 +112,13 @@ def test_gpt_oss_capture_cap():
 
 
 def test_the_knob_and_the_presets():
-    """`cudagraph_capture_grid` defaults to 0.33.0's rule; the `vllm-0.34` preset sets 0.34.0's; the pool
-    keeps the estimate its rule gives (B200, llama-3.1-8b: 1,844,148,864 B under 0.34.0)."""
-    assert kvsim.SimConfig(num_blocks=100).cudagraph_capture_grid == "shared"
-    assert kvsim.SimConfig.preset("vllm-latest", num_blocks=100).cudagraph_capture_grid == "shared"
+    """`cudagraph_capture_grid` defaults to 0.34.0's rule (`vllm-latest`, `vllm-0.34`); the `vllm-0.33` preset
+    sets 0.33.0's; the pool keeps the estimate its rule gives (B200, llama-3.1-8b: 1,844,148,864 B under
+    0.34.0)."""
+    assert kvsim.SimConfig(num_blocks=100).cudagraph_capture_grid == "split"
+    assert kvsim.SimConfig.preset("vllm-latest", num_blocks=100).cudagraph_capture_grid == "split"
     assert kvsim.SimConfig.preset("vllm-0.34", num_blocks=100).cudagraph_capture_grid == "split"
+    assert kvsim.SimConfig.preset("vllm-0.33", num_blocks=100).cudagraph_capture_grid == "shared"
     new = kvsim.SimConfig.preset("vllm-0.34", model="llama-3.1-8b", gpu="b200")
     assert new.pool.cudagraph_bytes == 1_844_148_864
     old = kvsim.SimConfig.preset(

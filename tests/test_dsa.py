@@ -598,9 +598,11 @@ def test_shardq_exchange_buffers_under_vllm_0_34():
 
 
 def test_the_vllm_0_34_preset_loads_the_shardq_buffers():
-    """`sparse_mla_shard_q`: off by default (vLLM 0.33.0 has no ShardQ), on in the `vllm-0.34` preset, where
-    DeepSeek-V3.2 at tp 8 on a B200 loads 832 MiB more a GPU and keeps fewer blocks."""
-    assert not kvsim.SimConfig(num_blocks=10).sparse_mla_shard_q
+    """`sparse_mla_shard_q`: on by default (vLLM 0.34.0, `vllm-latest` and `vllm-0.34`), off in `vllm-0.33`
+    (0.33.0 has no ShardQ); DeepSeek-V3.2 at tp 8 on a B200 loads 832 MiB more a GPU with it and keeps fewer
+    blocks."""
+    assert kvsim.SimConfig(num_blocks=10).sparse_mla_shard_q
+    assert not kvsim.SimConfig.preset("vllm-0.33", num_blocks=10).sparse_mla_shard_q
     on = kvsim.SimConfig.preset("vllm-0.34", model="deepseek-v3.2", gpu="b200", tensor_parallel_size=8)
     off = kvsim.SimConfig.preset(
         "vllm-0.34", model="deepseek-v3.2", gpu="b200", tensor_parallel_size=8, sparse_mla_shard_q=False
@@ -609,7 +611,6 @@ def test_the_vllm_0_34_preset_loads_the_shardq_buffers():
     assert on.pool.weight_bytes - off.pool.weight_bytes == 872_415_232
     assert on.pool.num_blocks < off.pool.num_blocks
     default = kvsim.SimConfig(model="deepseek-v3.2", gpu="b200", tensor_parallel_size=8)
-    shard_q = kvsim.SimConfig(
-        model="deepseek-v3.2", gpu="b200", tensor_parallel_size=8, sparse_mla_shard_q=True
-    )
-    assert shard_q.pool.weight_bytes - default.pool.weight_bytes == 872_415_232
+    old = kvsim.SimConfig.preset("vllm-0.33", model="deepseek-v3.2", gpu="b200", tensor_parallel_size=8)
+    assert default.pool.weight_bytes == on.pool.weight_bytes
+    assert default.pool.weight_bytes - old.pool.weight_bytes == 872_415_232

@@ -785,7 +785,7 @@ def test_fork_cow_samples_needing_more_seats_than_max_num_seqs_are_rejected_at_a
 # -- presets: the release ranges of DESIGN.md §Presets --------------------------------------------------
 def test_defaults_are_vllm_0_34_the_newest_release_and_presets_name_older_ones():
     """`SimConfig()` is `vllm-latest`, vLLM 0.34.0 (`vllm-0.34` the same preset by name); `vllm-0.33` and the
-    older presets name their releases' rules, the four knobs 0.34.0 changed at 0.33.0's values."""
+    older presets name their releases' rules, the six knobs 0.34.0 changed at 0.33.0's values."""
     knobs = (
         "free_order",
         "admission_gate",
@@ -797,6 +797,8 @@ def test_defaults_are_vllm_0_34_the_newest_release_and_presets_name_older_ones()
         "kv_cache_sizing",
         "kv_offloading_hit_junction",
         "kv_offloading_store_threshold_count",
+        "cudagraph_capture_grid",
+        "sparse_mla_shard_q",
     )
     sized = {"model": "llama-3.1-8b", "gpu": "h100-80gb"}
     default = SimConfig(**sized)
@@ -807,12 +809,16 @@ def test_defaults_are_vllm_0_34_the_newest_release_and_presets_name_older_ones()
         "kv_cache_sizing": "measured",
         "kv_offloading_hit_junction": True,
         "kv_offloading_store_threshold_count": "per-request",
+        "cudagraph_capture_grid": "split",
+        "sparse_mla_shard_q": True,
     }
     before = {
         "default_block_size": 16,
         "kv_cache_sizing": "profiled",
         "kv_offloading_hit_junction": False,
         "kv_offloading_store_threshold_count": "per-offer",
+        "cudagraph_capture_grid": "shared",
+        "sparse_mla_shard_q": False,
     }
     expected = {
         "vllm-latest": ("lifo_unhashed", "full-prompt", "stop"),
@@ -829,7 +835,7 @@ def test_defaults_are_vllm_0_34_the_newest_release_and_presets_name_older_ones()
         assert (cfg.free_order, cfg.admission_gate, cfg.waiting_over_budget) == (free_order, gate, over), name
         if name not in ("vllm-latest", "vllm-0.34"):
             assert {k: getattr(cfg, k) for k in before} == before, name
-    # 0.33.0 differs from the defaults in those four knobs alone (and what they derive)
+    # 0.33.0 differs from the defaults in those six knobs alone (and what they derive)
     old = SimConfig.preset("vllm-0.33", **sized)
     assert old == SimConfig(**sized, **before)
     assert {k: getattr(old, k) for k in knobs[:6]} == {k: getattr(default, k) for k in knobs[:6]}
@@ -845,16 +851,19 @@ def test_defaults_are_vllm_0_34_the_newest_release_and_presets_name_older_ones()
         assert f"`{name}`: vLLM {releases}" in doc
 
 
-def test_the_0_33_preset_is_the_latest_rules_without_0_34s_four_changes():
-    """`vllm-0.33` (DESIGN.md §Presets, "vLLM 0.34.0"): the defaults' scheduler and pool rules with the four
+def test_the_0_33_preset_is_the_latest_rules_without_0_34s_six_changes():
+    """`vllm-0.33` (DESIGN.md §Presets, "vLLM 0.34.0"): the defaults' scheduler and pool rules with the six
     knobs 0.34.0 changed at 0.33.0's values, each as its own knob gives it: a block of 16, the pool profiled
-    at 0.92, and with a CPU tier the junction from the GPU lookup only and a count of every offer."""
+    at 0.92, the CUDA graphs at the shared capture sizes, no ShardQ buffers, and with a CPU tier the junction
+    from the GPU lookup only and a count of every offer."""
     fields = dataclasses.fields(SimConfig)
     changed = {
         "default_block_size": 16,
         "kv_cache_sizing": "profiled",
         "kv_offloading_hit_junction": False,
         "kv_offloading_store_threshold_count": "per-offer",
+        "cudagraph_capture_grid": "shared",
+        "sparse_mla_shard_q": False,
     }
     for sized in ({"num_blocks": 64}, {"model": "llama-3.1-8b", "gpu": "h100-80gb"}):
         latest = SimConfig.preset("vllm-latest", **sized)
@@ -865,7 +874,11 @@ def test_the_0_33_preset_is_the_latest_rules_without_0_34s_four_changes():
         # 1.0 where measured sizing is on; with num_blocks given the sizing is profiled either way)
         derived = {"block_size", "num_blocks", "swap_ps_per_block", "kv_offloading_ps_per_block"}
         derived |= {"gpu_memory_utilization"}
-        assert set(changed) - {"kv_cache_sizing"} <= differ <= {*changed, *derived}, differ
+        assert (
+            set(changed) - {"kv_cache_sizing", "cudagraph_capture_grid", "sparse_mla_shard_q"}
+            <= differ
+            <= {*changed, *derived}
+        ), differ
     gpu = SimConfig(model="llama-3.1-8b", gpu="h100-80gb")
     assert (gpu.block_size, gpu.gpu_memory_utilization) == (64, 1.0)
     assert SimConfig.preset("vllm-0.33", num_blocks=64, watermark=0.01).watermark == 0.01

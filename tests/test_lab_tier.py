@@ -241,8 +241,8 @@ def test_a_tier_of_0_bytes_is_no_tier():
     assert "cpu_chunks" not in b["paged"]["metrics"]
     on = bundle("copilot", kv_offloading_bytes=64 * 2**20)
     assert on["tier"]["chunks"] == 32
-    # vLLM 0.33.0's rules, the defaults
-    assert (on["tier"]["store_threshold_count"], on["tier"]["hit_junction"]) == ("per-offer", False)
+    # vLLM 0.34.0's rules, the defaults
+    assert (on["tier"]["store_threshold_count"], on["tier"]["hit_junction"]) == ("per-request", True)
     assert on["contiguous"] is not None  # the contiguous baseline runs without a tier
 
 
@@ -252,8 +252,9 @@ def test_the_bundles_tier_records_the_tiers_rules():
 
     p = get_preset("cpu-tier")
     for rules in (
-        {"kv_offloading_store_threshold_count": "per-request", "kv_offloading_hit_junction": True},
+        {"kv_offloading_store_threshold_count": "per-offer", "kv_offloading_hit_junction": False},
         {"kv_offloading_store_threshold": 2, "kv_offloading_store_threshold_count": "per-offer"},
+        {"kv_offloading_store_threshold": 2, "kv_offloading_hit_junction": False},
     ):
         cfg = resolve("cpu-tier").paged.replace(**rules)
         info = tier_info(cfg, run_track(p.workload, cfg), None)
@@ -263,7 +264,8 @@ def test_the_bundles_tier_records_the_tiers_rules():
             for k in ("store_threshold", "store_threshold_count", "hit_junction")
         } == {
             "kv_offloading_store_threshold": 0,
-            "kv_offloading_hit_junction": False,
+            "kv_offloading_store_threshold_count": "per-request",
+            "kv_offloading_hit_junction": True,
             **rules,
         }
 

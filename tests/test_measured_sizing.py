@@ -285,18 +285,19 @@ def test_a_measured_sizing_that_vllm_turns_off_is_refused_by_name(capsys, extra,
     ],
 )
 def test_measured_sizings_refusals_spell_the_flags_on_the_cli(capsys, extra, which, words):
-    """A CUDA P/D fleet (and the other knobs measured sizing cannot run with) under `--preset vllm-0.34` or
-    `--kv-cache-sizing measured`: `MeasuredSizingError` naming the knob, which `kvsim run` writes as its flags
-    (`--kv-cache-sizing profiled`, not SimConfig's `kv_cache_sizing 'profiled'`), on the flag given, the
-    preset named where it chose the sizing; SimConfig's own words stay its fields'."""
+    """A CUDA P/D fleet (and the other knobs measured sizing cannot run with) under `--kv-cache-sizing
+    measured`: `MeasuredSizingError` naming the knob, which `kvsim run` writes as its flags
+    (`--kv-cache-sizing profiled`, not SimConfig's `kv_cache_sizing 'profiled'`), on the flag given;
+    SimConfig's own words stay its fields'. The defaults (`--preset vllm-0.34` the same) leave the sizing
+    unset, which settles to profiled there, as vLLM 0.34.0 turns its extensible cache off: they run."""
     from kvsim.cli import main
     from kvsim.errors import MeasuredSizingError
 
     model = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
-    for sizing, source, flag in (
-        (["--preset", "vllm-0.34"], " (--preset vllm-0.34's)", extra[0]),
-        (["--kv-cache-sizing", "measured"], "", "--kv-cache-sizing"),
-    ):
+    for unset in ([], ["--preset", "vllm-0.34"]):
+        assert main(["run", "--requests", "5", *model, *unset, *extra]) == 0
+        assert "measured after warmup" not in capsys.readouterr().out
+    for sizing, source, flag in ((["--kv-cache-sizing", "measured"], "", "--kv-cache-sizing"),):
         assert main(["run", "--requests", "5", *model, *sizing, *extra]) == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert line.startswith(f"kvsim run: error: argument {flag}: --kv-cache-sizing measured{source} "), (

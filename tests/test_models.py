@@ -259,7 +259,7 @@ def test_2026_gpus_take_vllms_rules_for_their_arch() -> None:
     ):
         assert kvsim.SimConfig(model="llama-3.1-8b", gpu=gpu).pool.cudagraph_bytes == b200.cudagraph_bytes
     assert b200.cudagraph_bytes == memory.cudagraph_estimate(
-        models.get("llama-3.1-8b"), 1024, 16384, blackwell=True
+        models.get("llama-3.1-8b"), 1024, 16384, blackwell=True, grid="split"
     )
     # gpt-oss's MXFP4 experts: FlashInfer's TRT-LLM kernels on 10.x, Marlin on 12.x, as on sm_100 and sm_120.
     m = models.get("gpt-oss-120b")

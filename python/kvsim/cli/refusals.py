@@ -468,35 +468,34 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
             f"{spell.value('block_size', config._given['block_size'])}; {spell.drop}"
         )
     # vLLM 0.34.0's CUDA-graph sizes and ShardQ (DESIGN.md §Defaults and sizing): the grid is read where kvsim
-    # estimates the graphs of a pool sized from a GPU, ShardQ where DeepSeek-V3.2's or GLM-5's backend takes it.
-    if given("cudagraph_capture_grid"):
-        off = (
-            "this run sizes no pool from a GPU (give a model and a GPU)"
-            if config.gpu is None or config.model is None
-            else f"{spell.knob('enforce_eager')} captures no graphs"
-            if config.enforce_eager
-            else f"{spell.knob('cudagraph_memory_bytes')} gives the graphs' memory"
-            if config.cudagraph_memory_bytes is not None
-            else f"{spell.knob('activation_reserve_bytes')} gives the non-KV memory whole"
-            if config.activation_reserve_bytes is not None
-            else f"{spell.knob('kv_cache_bytes')} gives the KV cache memory"
-            if config.kv_cache_bytes is not None
-            else None
-        )
-        out["cudagraph_capture_grid"] = (
-            None
-            if off is None
-            else f"{spell.value('cudagraph_capture_grid', config.cudagraph_capture_grid)} does nothing here: it "
-            f"picks the CUDA graphs kvsim's estimate counts, and {off}; {spell.drop}"
-        )
-    if given("sparse_mla_shard_q"):
-        out["sparse_mla_shard_q"] = (
-            None
-            if _shardq_taken(config)
-            else f"{spell.value('sparse_mla_shard_q', config.sparse_mla_shard_q)} does nothing here: vLLM 0.34.0 "
-            "keeps ShardQ's buffers only for DeepSeek-V3.2 and GLM-5 under tensor parallelism on a GPU whose sparse "
-            f"MLA backend takes it (DESIGN.md §Defaults and sizing), and this run has none; {spell.drop}"
-        )
+    # estimates the graphs of a pool sized from a GPU, ShardQ where DeepSeek-V3.2's or GLM-5's backend takes it
+    # (either value, the defaults' too, as the tier's rules above).
+    off = (
+        "this run sizes no pool from a GPU (give a model and a GPU)"
+        if config.gpu is None or config.model is None
+        else f"{spell.knob('enforce_eager')} captures no graphs"
+        if config.enforce_eager
+        else f"{spell.knob('cudagraph_memory_bytes')} gives the graphs' memory"
+        if config.cudagraph_memory_bytes is not None
+        else f"{spell.knob('activation_reserve_bytes')} gives the non-KV memory whole"
+        if config.activation_reserve_bytes is not None
+        else f"{spell.knob('kv_cache_bytes')} gives the KV cache memory"
+        if config.kv_cache_bytes is not None
+        else None
+    )
+    out["cudagraph_capture_grid"] = (
+        None
+        if off is None
+        else f"{spell.value('cudagraph_capture_grid', config.cudagraph_capture_grid)} does nothing here: it "
+        f"picks the CUDA graphs kvsim's estimate counts, and {off}; {spell.drop}"
+    )
+    out["sparse_mla_shard_q"] = (
+        None
+        if _shardq_taken(config)
+        else f"{spell.value('sparse_mla_shard_q', config.sparse_mla_shard_q)} does nothing here: vLLM 0.34.0 "
+        "keeps ShardQ's buffers only for DeepSeek-V3.2 and GLM-5 under tensor parallelism on a GPU whose sparse "
+        f"MLA backend takes it (DESIGN.md §Defaults and sizing), and this run has none; {spell.drop}"
+    )
     if config._given.get("kv_offloading_ps_per_block") is not None:
         out["kv_offloading_ps_per_block"] = None if tier else no_tier
     if config.allow_long_max_model_len:
@@ -547,11 +546,12 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
     return out
 
 
-def measured_flag_error(exc: MeasuredSizingError, preset: str | None, flag_of: dict[str, str]) -> FlagError:
+def measured_flag_error(exc: MeasuredSizingError, flag_of: dict[str, str]) -> FlagError:
     """`kvsim run`'s words for a `MeasuredSizingError`: its knobs as flags (`--kv-cache-sizing profiled`,
-    not SimConfig's `kv_cache_sizing 'profiled'`), on the flag given (the sizing's, else the other knob's),
-    naming the preset where it chose measured sizing."""
-    source = f" (--preset {preset}'s)" if preset and "kv_cache_sizing" not in flag_of else ""
+    not SimConfig's `kv_cache_sizing 'profiled'`), on the flag given (the sizing's, else the other knob's).
+    Only a "measured" given raises it (an unset sizing settles to "profiled" where measured cannot run,
+    `measured.unset_sizing`), so without the flag the run file's [config] table gave it."""
+    source = "" if "kv_cache_sizing" in flag_of else " (the run file's)"
     text = measured_refusal(exc.which, FLAGS, source)
     given = next((flag_of[k] for k in ("kv_cache_sizing", exc.which) if k in flag_of), None)
     return FlagError(f"argument {given}: {text}" if given else text)

@@ -231,7 +231,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
     try:
         config = kvsim.SimConfig.preset(args.preset, **cfg) if args.preset else kvsim.SimConfig(**cfg)
     except MeasuredSizingError as exc:
-        raise measured_flag_error(exc, args.preset, flag_of) from None
+        raise measured_flag_error(exc, flag_of) from None
     except InvalidArgumentError as exc:
         field = str(exc).split(" ", 1)[0].rstrip(":")
         if field in flag_of:
