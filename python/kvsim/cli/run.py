@@ -577,7 +577,7 @@ def backend_block_size_note(config: Any, who: str = "") -> str | None:
     if used % 16 == 0 or resolve(config.model).is_mla:
         return None
     return (
-        f"{who}block size {used}: vLLM 0.33.0 starts no attention backend on a GPU for it (each "
+        f"{who}block size {used}: vLLM 0.33.0 and 0.34.0 start no attention backend on a GPU for it (each "
         'takes multiples of 16 only: it stops with "No valid attention backend found"); kvsim runs it as asked, '
         "as an experiment, not a deployment vLLM serves"
     )

@@ -82,7 +82,7 @@ def check_capability(m: Model, gpu: Gpu) -> None:
     if cap is None or cap >= least:
         return
     raise InvalidArgumentError(
-        f'quantization {method}: vLLM 0.33.0 does not run it on {gpu.name} ({arch}): "The quantization method '
+        f'quantization {method}: vLLM 0.33.0 and 0.34.0 do not run it on {gpu.name} ({arch}): "The quantization method '
         f"{method} is not supported for the current GPU. Minimum capability: {least}. Current capability: "
         f'{arch[3:]}."'
     )
