@@ -557,7 +557,7 @@ def block_size_note(config: Any) -> str | None:
 
 
 def backend_block_size_note(config: Any, who: str = "") -> str | None:
-    """A note where the block size given with a model on a GPU is one vLLM 0.33.0 cannot serve: its
+    """A note where the block size given with a model on a GPU is one vLLM 0.33.0 and 0.34.0 cannot serve: their
     `CacheConfig.block_size` takes any positive size (`vllm/config/cache.py`), but it then picks an attention
     backend that supports the size (`AttentionBackend.supports_block_size`, `vllm/v1/attention/backend.py`), and
     every GPU backend for a model without MLA takes only multiples of 16 (`get_supported_kernel_block_sizes`:

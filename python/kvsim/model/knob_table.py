@@ -128,7 +128,7 @@ KNOBS: dict[str, Knob] = {
         None,
         "int",
         "tokens per KV block; vLLM's --block-size; unset: default_block_size (64; 16 under vllm-0.33 and "
-        "older), or what the attention backend vLLM picks prefers from it (from 16: MLA on 10.x 32, fp8 on 9.x 64)",
+        "older), or what the attention backend vLLM picks prefers from it (from 16: MLA 32 on 10.x, 64 with fp8 on 9.x)",
         lo=1,
         hi=1 << 20,
         optional=True,
