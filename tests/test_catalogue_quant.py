@@ -165,7 +165,10 @@ def _ct(weights: dict, **extra: object) -> dict:
 def test_unmodelled_quantization_is_refused_by_name(tmp_path):
     base = json.loads((HF / "llama-3.1-8b.json").read_text())
     for qc, needle in (
-        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "vLLM 0.33.0 has no bitsandbytes"),
+        (
+            {"quant_method": "bitsandbytes", "load_in_4bit": True},
+            "vLLM 0.33.0 and 0.34.0 have no bitsandbytes",
+        ),
         ({"quant_method": "gguf"}, "quant_method 'gguf' is not modelled"),
         (
             {
@@ -182,7 +185,7 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
         ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}, "has no 'desc_act'"),
         (
             {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True, "sym": True},
-            "desc_act true with group_size 128: vLLM 0.33.0 refuses it",
+            "desc_act true with group_size 128: vLLM 0.33.0 and 0.34.0 refuse it",
         ),
         (
             {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": False},
@@ -209,7 +212,7 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
         ({"quant_method": "awq", "bits": 4, "group_size": 128}, "has no 'zero_point'"),
         (
             {"quant_method": "awq", "w_bit": 8, "bits": 4, "group_size": 128, "zero_point": True},
-            "AWQ bits 8: vLLM 0.33.0 loads 4-bit AWQ only",
+            "AWQ bits 8: vLLM 0.33.0 and 0.34.0 load 4-bit AWQ only",
         ),
         (
             {"quant_method": "awq", "w_bit": None, "bits": 4, "group_size": 128, "zero_point": True},
@@ -225,7 +228,7 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
         ),
         (
             {"quant_method": "awq", "bits": 8, "group_size": 128, "zero_point": True},
-            "vLLM 0.33.0 loads 4-bit AWQ only",
+            "vLLM 0.33.0 and 0.34.0 load 4-bit AWQ only",
         ),
         (
             {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": False},
@@ -245,7 +248,7 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
                     "actorder": "group",
                 }
             ),
-            "compressed-tensors actorder 'group': vLLM 0.33.0 refuses it",
+            "compressed-tensors actorder 'group': vLLM 0.33.0 and 0.34.0 refuse it",
         ),
         # compressed-tensors' QuantizationArgs lower-cases its strings and reads an actorder of true as group.
         (
@@ -258,7 +261,7 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
                     "actorder": True,
                 }
             ),
-            "compressed-tensors actorder True: vLLM 0.33.0 refuses it",
+            "compressed-tensors actorder True: vLLM 0.33.0 and 0.34.0 refuse it",
         ),
         # A group that splits a layer's inputs, at any tensor-parallel size (verify_group_size_divides_partition).
         (
@@ -326,8 +329,8 @@ def test_compressed_tensors_int_weights_without_inputs_in_an_activation_format_a
         with pytest.raises(
             InvalidArgumentError,
             match=re.escape(
-                f"compressed-tensors 'int' weights without input_activations in format {fmt!r}: vLLM 0.33.0 "
-                "asserts float weights there"
+                f"compressed-tensors 'int' weights without input_activations in format {fmt!r}: vLLM 0.33.0 and 0.34.0 "
+                "assert float weights there"
             ),
         ):
             load(qc)
@@ -335,7 +338,7 @@ def test_compressed_tensors_int_weights_without_inputs_in_an_activation_format_a
     per_group = _ct(int4, format="pack-quantized")
     per_group["config_groups"]["g"]["format"] = "int-quantized"
     with pytest.raises(
-        InvalidArgumentError, match=re.escape("in format 'int-quantized': vLLM 0.33.0 asserts")
+        InvalidArgumentError, match=re.escape("in format 'int-quantized': vLLM 0.33.0 and 0.34.0 assert")
     ):
         load(per_group)
     per_group = _ct(int4, format="int-quantized")

@@ -178,8 +178,8 @@ _UNIT_TEXT = {
 }
 
 
-# `--help`'s groups of the knobs, in the order shown: vllm serve's engine flags (0.33.0's, kvsim reads them
-# as vLLM does), vLLM v0's that 0.33.0 no longer has, kvsim's own, and the fleet's.
+# `--help`'s groups of the knobs, in the order shown: vllm serve's engine flags (0.34.0's, as 0.33.0's; kvsim
+# reads them as vLLM does), vLLM v0's that 0.34.0 and 0.33.0 no longer have, kvsim's own, and the fleet's.
 VLLM_FLAGS = (
     "model",
     "block_size",
@@ -201,7 +201,7 @@ VLLM_FLAGS = (
 VLLM_V0_FLAGS = ("preemption", "swap_space_bytes")
 GROUPS = {
     "vllm": "vLLM's engine flags (vllm serve's spelling and meaning; kvsim's own spellings are aliases)",
-    "vllm-v0": "vLLM v0's flags (gone from vLLM 0.33.0, whose engine preempts by recompute only)",
+    "vllm-v0": "vLLM v0's flags (gone from vLLM 0.33.0 and 0.34.0, whose engine preempts by recompute only)",
     "kvsim": "kvsim's own knobs (no vllm serve flag: the GPU, the policy, scheduling rules, time)",
     "fleet": "fleet: replicas behind a router (kvsim.simulate_cluster)",
 }

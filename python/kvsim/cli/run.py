@@ -557,7 +557,7 @@ def block_size_note(config: Any) -> str | None:
 
 
 def backend_block_size_note(config: Any, who: str = "") -> str | None:
-    """A note where the block size given with a model on a GPU is one vLLM 0.33.0 cannot serve: its
+    """A note where the block size given with a model on a GPU is one vLLM 0.33.0 and 0.34.0 cannot serve: their
     `CacheConfig.block_size` takes any positive size (`vllm/config/cache.py`), but it then picks an attention
     backend that supports the size (`AttentionBackend.supports_block_size`, `vllm/v1/attention/backend.py`), and
     every GPU backend for a model without MLA takes only multiples of 16 (`get_supported_kernel_block_sizes`:
@@ -577,7 +577,7 @@ def backend_block_size_note(config: Any, who: str = "") -> str | None:
     if used % 16 == 0 or resolve(config.model).is_mla:
         return None
     return (
-        f"{who}block size {used}: vLLM 0.33.0 starts no attention backend on a GPU for it (each "
+        f"{who}block size {used}: vLLM 0.33.0 and 0.34.0 start no attention backend on a GPU for it (each "
         'takes multiples of 16 only: it stops with "No valid attention backend found"); kvsim runs it as asked, '
         "as an experiment, not a deployment vLLM serves"
     )

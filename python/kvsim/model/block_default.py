@@ -4,7 +4,8 @@ vLLM offers `CacheConfig.DEFAULT_BLOCK_SIZE` (`vllm/config/cache.py`: 16 up to 0
 attention backend it picks (`Platform.update_block_size_for_backend`, `vllm/platforms/interface.py`), whose
 `get_preferred_block_size` keeps it where one of its kernel block sizes divides it and else takes its smallest
 (`AttentionBackend.get_preferred_block_size`, `vllm/v1/attention/backend.py`); a few backends override that.
-kvsim's knob `default_block_size` is that constant: 16 (the default, vLLM 0.33.0) or 64 (vLLM 0.34.0). A Mamba
+kvsim's knob `default_block_size` is that constant: 16 (vLLM 0.33.0 and older, their presets) or 64
+(vLLM 0.34.0, the default). A Mamba
 hybrid's attention block then starts from the result (`_align_hybrid_block_size`:
 `max(smallest kernel block, block_size)`, `kvsim.model.layers.kv_layout`); a sparse-attention model's is
 `kvsim.model.dsa`'s.

@@ -83,7 +83,8 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
 
     Memory: `num_blocks` counts vLLM's null block (capacity `num_blocks - 1` blocks of `block_size` tokens;
     given under `pool_null_block="extra"`, vLLM v0's count, all usable, the pool has one block more); or give `model` and `gpu` (names or objects of `kvsim.models` / `kvsim.gpus`; a model may also be a
-    Hugging Face config.json path) and the pool is sized as vLLM does (`kvsim.sizing.size_pool`:
+    Hugging Face config.json path) and the pool is sized as vLLM 0.34.0 does, from measured memory
+    (`kvsim.model.measured`; `kv_cache_sizing="profiled"`, `kvsim.sizing.size_pool`:
     `gpu_memory_utilization` × device memory − weights / `tensor_parallel_size` − the activation reserve),
     or by `kv_cache_bytes` directly. `pool` describes the result (`pool.line()`).
 

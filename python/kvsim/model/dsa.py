@@ -115,24 +115,24 @@ def dsa_block_size(
         if major < 9:
             raise InvalidArgumentError(
                 f"{where}: sparse MLA (DeepSeek-V3.2's attention) has no attention backend below compute capability "
-                '9.0 in vLLM 0.33.0 ("No valid attention backend found"; FlashMLA, FlashAttention and FlashInfer\'s '
+                '9.0 in vLLM 0.33.0 and 0.34.0 ("No valid attention backend found"; FlashMLA, FlashAttention and FlashInfer\'s '
                 "sparse kernels need Hopper or later)"
             )
         if major not in (9, 10, 12):
             raise InvalidArgumentError(
-                f"{where}: vLLM 0.33.0 has sparse MLA backends for compute capability 9.x, 10.x and 12.x only"
+                f"{where}: vLLM 0.33.0 and 0.34.0 have sparse MLA backends for compute capability 9.x, 10.x and 12.x only"
             )
     if not rocm:
         width = model.kv_lora_rank + model.qk_rope_head_dim
         if (model.kv_lora_rank, model.qk_rope_head_dim) != (512, 64):
             raise InvalidArgumentError(
-                f"{where}: a latent of {model.kv_lora_rank} + {model.qk_rope_head_dim} = {width}: vLLM 0.33.0's "
-                "sparse MLA kernels on CUDA take 512 + 64 only (no backend would be found)"
+                f"{where}: a latent of {model.kv_lora_rank} + {model.qk_rope_head_dim} = {width}: vLLM 0.33.0's and "
+                "0.34.0's sparse MLA kernels on CUDA take 512 + 64 only (no backend would be found)"
             )
 
     if kv_dtype in ("fp8_e5m2", "fp32"):
         raise InvalidArgumentError(
-            f"{where}: kv_cache_dtype {kv_dtype}: none of vLLM 0.33.0's sparse MLA backends takes it (their "
+            f"{where}: kv_cache_dtype {kv_dtype}: none of vLLM 0.33.0's sparse MLA backends (nor 0.34.0's) takes it (their "
             "supported_kv_cache_dtypes: auto, float16, bfloat16 and fp8 as e4m3; FlashMLA's its fp8_ds_mla)"
         )
     topk = model.config_fields.get("index_topk")
@@ -145,7 +145,7 @@ def dsa_block_size(
             else f"kv_cache_dtype {kv_dtype} (it takes auto, fp8, fp8_e4m3 and fp8_ds_mla)"
         )
         raise InvalidArgumentError(
-            f"{where}: vLLM 0.33.0's one sparse MLA backend on compute capability 12.x, FlashInfer's SM120 "
+            f"{where}: vLLM 0.33.0's and 0.34.0's one sparse MLA backend on compute capability 12.x, FlashInfer's SM120 "
             f"(flashinfer_mla_sparse.py, FlashInferMLASparseSM120Backend), refuses {why}: no backend would be found"
         )
     if fp8 and kv_dtype != FP8_DS_MLA and not rocm:
@@ -159,7 +159,7 @@ def dsa_block_size(
         if major == 9 or nope not in (128, 192):
             on = "9.x" if major == 9 else f"10.x for a qk_nope_head_dim of {nope}"
             raise InvalidArgumentError(
-                f"{where}: kv_cache_dtype {kv_dtype} on compute capability {on}: vLLM 0.33.0's FlashMLA sparse "
+                f"{where}: kv_cache_dtype {kv_dtype} on compute capability {on}: vLLM 0.33.0's and 0.34.0's FlashMLA sparse "
                 "backend takes fp8 (its alias for fp8_ds_mla), not this spelling, and the backend after it "
                 "(FlashInfer's SM90 sparse one, which needs FlashInfer 0.6.18 or later) is not modelled: give fp8"
             )
@@ -167,8 +167,8 @@ def dsa_block_size(
         return default if rocm else DSA_CUDA_BLOCK
     if not rocm and block_size % DSA_CUDA_BLOCK:
         raise InvalidArgumentError(
-            f"{where}: block_size {block_size} is not a multiple of {DSA_CUDA_BLOCK}: vLLM 0.33.0's sparse-attention "
-            f"indexer takes kernel blocks of {DSA_CUDA_BLOCK} tokens only on CUDA (give a multiple of "
+            f"{where}: block_size {block_size} is not a multiple of {DSA_CUDA_BLOCK}: vLLM 0.33.0's and 0.34.0's "
+            f"sparse-attention indexer takes kernel blocks of {DSA_CUDA_BLOCK} tokens only on CUDA (give a multiple of "
             f"{DSA_CUDA_BLOCK}, or leave it unset)"
         )
     return block_size

@@ -127,9 +127,8 @@ KNOBS: dict[str, Knob] = {
     "block_size": Knob(
         None,
         "int",
-        "tokens per KV block; vLLM's --block-size; unset: 16, or what the attention backend vLLM picks "
-        "prefers (an MLA model on compute capability 10.x, B200 / B300: 32; on 9.x, H100 / H200, with an fp8 "
-        "KV cache: 64)",
+        "tokens per KV block; vLLM's --block-size; unset: default_block_size (64; 16 under vllm-0.33 and "
+        "older), or what the attention backend vLLM picks prefers from it (from 16: MLA 32 on 10.x, 64 with fp8 on 9.x)",
         lo=1,
         hi=1 << 20,
         optional=True,
@@ -403,9 +402,8 @@ KNOBS: dict[str, Knob] = {
         "vLLM's --async-scheduling: on, a step is scheduled while the one "
         "before it runs, so a request that arrives during a step joins the step after the next, a finished "
         "request's seat and blocks are free a step later, and so are the blocks a sliding window or local "
-        "chunk leaves (DESIGN.md, Engine, Asynchronous scheduling; refused for Mamba groups with prefix "
-        "caching on); off "
-        "(--no-async-scheduling): vLLM's synchronous scheduling, one batch in flight, which bounds a "
+        "chunk leaves (DESIGN.md, Engine, Asynchronous scheduling; refused with vLLM v0's rules, a CPU "
+        "tier or a prefill pool); off (--no-async-scheduling): vLLM's synchronous scheduling, one batch in flight, which bounds a "
         "sliding-window or chunked-local group's blocks per request (sizing, admission); unset: vLLM's "
         "default deployment, async on, for sizing and those bounds (two batches in flight), while kvsim's "
         "engine schedules synchronously",
@@ -512,9 +510,8 @@ KNOBS: dict[str, Knob] = {
     "gpu_memory_utilization": Knob(
         None,
         "float",
-        "fraction of GPU memory vLLM may use: vLLM's --gpu-memory-utilization; unset, as in vLLM 0.34.0, 0.92 "
-        "(vLLM 0.20.0 on) and 1.0 where the pool is sized from measured memory (kv_cache_sizing measured; "
-        "CacheConfig.resolved_gpu_memory_utilization); the presets vllm-0.19 and older set their releases' 0.9",
+        "fraction of GPU memory vLLM may use (--gpu-memory-utilization); unset, as in vLLM 0.34.0: 1.0 under "
+        "measured sizing, 0.92 profiled (0.9 under vllm-0.19 and older)",
         lo=0.0,
         hi=1.0,
         open_lo=True,
@@ -524,12 +521,10 @@ KNOBS: dict[str, Knob] = {
     "kv_cache_sizing": Knob(
         None,
         "choice",
-        "how the pool is sized from a GPU: profiled (vLLM 0.33.0: device memory x gpu_memory_utilization less "
-        "the profiled terms) or measured (vLLM 0.34.0's extensible KV cache: what the memory measured after "
-        "warmup holds, less a margin; gpu_memory_utilization unset is 1.0; off, as in "
-        "vLLM, with kv_cache_bytes or num_blocks given); unset, as vLLM 0.34.0 settles it: measured, but "
-        "profiled with kv_cache_bytes or num_blocks given, a disaggregated fleet (no IMEX channel), "
-        "pool_null_block extra or activation_reserve_bytes",
+        "how the pool is sized from a GPU: profiled (vLLM 0.33.0: memory x gpu_memory_utilization less the "
+        "profiled terms) or measured (vLLM 0.34.0: memory measured after warmup, less a margin); unset, as "
+        "vLLM 0.34.0 settles it: measured, but profiled with kv_cache_bytes or num_blocks given, a "
+        "disaggregated fleet, pool_null_block extra or activation_reserve_bytes",
         choices=SIZINGS,
         optional=True,
     ),
@@ -629,16 +624,15 @@ KNOBS: dict[str, Knob] = {
     "cudagraph_capture_grid": Knob(
         "split",
         "choice",
-        "the CUDA graphs the estimate counts: shared (vLLM 0.33.0: one list of token counts up to 512, 1024 "
-        "on B200/B300 and for gpt-oss) or split (vLLM 0.34.0: prefill tokens and decode requests apart, "
-        "on B200/B300 up to 8192 tokens and max_num_seqs requests)",
+        "the CUDA graphs the estimate counts: split (vLLM 0.34.0: prefill tokens and decode requests apart) "
+        "or shared (vLLM 0.33.0: one list of token counts up to 512, 1024 on B200/B300 and for gpt-oss)",
         choices=CAPTURE_GRIDS,
     ),
     "sparse_mla_shard_q": Knob(
         True,
         "bool",
-        "vLLM 0.34.0's ShardQ buffers (sparse_mla_shard_q): DeepSeek-V3.2 and GLM-5 under tensor parallelism, "
-        "where their sparse MLA backend takes it; off: vLLM 0.33.0, which has none",
+        "vLLM 0.34.0's ShardQ buffers: DeepSeek-V3.2 and GLM-5 under tensor parallelism, where their sparse "
+        "MLA backend takes it; off (--no-sparse-mla-shard-q): vLLM 0.33.0, which has none",
     ),
     "activation_reserve_bytes": Knob(
         None,

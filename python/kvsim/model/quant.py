@@ -130,12 +130,12 @@ def _awq(qc: dict[str, Any], where: str) -> Quantization:
     group = _group_size(qc, where, found[1])
     if bits != 4:
         raise InvalidArgumentError(
-            f'{where}: AWQ bits {bits}: vLLM 0.33.0 loads 4-bit AWQ only ("Unsupported num_bits = {bits}. '
+            f'{where}: AWQ bits {bits}: vLLM 0.33.0 and 0.34.0 load 4-bit AWQ only ("Unsupported num_bits = {bits}. '
             'Supported: 4.")'
         )
     if qc.get("zero_point") is not True:
         raise InvalidArgumentError(
-            f"{where}: AWQ zero_point {qc.get('zero_point')!r}: vLLM 0.33.0's AWQ takes zero points only"
+            f"{where}: AWQ zero_point {qc.get('zero_point')!r}: vLLM 0.33.0's and 0.34.0's AWQ takes zero points only"
         )
     fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = ignore_list(qc, where, "modules_to_not_convert")
@@ -155,7 +155,7 @@ def _gptq(qc: dict[str, Any], where: str) -> Quantization:
         _get_from_keys(qc, where, key)
     if qc["group_size"] is None:
         raise InvalidArgumentError(
-            f"{where}: quantization_config.group_size is null: vLLM 0.33.0's GPTQ kernels take -1, 32, 64 or 128 "
+            f"{where}: quantization_config.group_size is null: vLLM 0.33.0's and 0.34.0's GPTQ kernels take -1, 32, 64 or 128 "
             '("Marlin does not support group_size = None")'
         )
     bits = int_field(qc, where, "bits")
@@ -165,17 +165,17 @@ def _gptq(qc: dict[str, Any], where: str) -> Quantization:
         raise InvalidArgumentError(f"{where}: quantization_config.sym and desc_act must be true or false")
     if (bits, sym) not in ((4, True), (8, True)):
         raise InvalidArgumentError(
-            f"{where}: GPTQ bits {bits}, sym {sym}: vLLM 0.33.0 loads symmetric 4- and 8-bit GPTQ only "
+            f"{where}: GPTQ bits {bits}, sym {sym}: vLLM 0.33.0 and 0.34.0 load symmetric 4- and 8-bit GPTQ only "
             f'("Unsupported quantization config: bits={bits}, sym={sym}")'
         )
     if desc_act and group != -1:
         raise InvalidArgumentError(
-            f"{where}: quantization_config.desc_act true with group_size {group}: vLLM 0.33.0 refuses it "
+            f"{where}: quantization_config.desc_act true with group_size {group}: vLLM 0.33.0 and 0.34.0 refuse it "
             '("GPTQ group activation ordering (desc_act=True) is no longer supported")'
         )
     if group not in (-1, 32, 64, 128):
         raise InvalidArgumentError(
-            f"{where}: GPTQ group_size {group}: vLLM 0.33.0's GPTQ kernels take -1, 32, 64 or 128 "
+            f"{where}: GPTQ group_size {group}: vLLM 0.33.0's and 0.34.0's GPTQ kernels take -1, 32, 64 or 128 "
             f'("Marlin does not support group_size = {group}")'
         )
     if qc.get("dynamic"):
@@ -236,7 +236,7 @@ def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
         zeros = not weights.get("symmetric", True)
         if actorder in ("group", "dynamic"):
             raise InvalidArgumentError(
-                f"{where}: compressed-tensors actorder {weights['actorder']!r}: vLLM 0.33.0 refuses it "
+                f"{where}: compressed-tensors actorder {weights['actorder']!r}: vLLM 0.33.0 and 0.34.0 refuse it "
                 '("Compressed-tensors group/dynamic activation ordering ... is no longer supported")'
             )
         if bits == 8 and strategy == "channel" and fmt_name == "int-quantized":
@@ -287,7 +287,7 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
     if fmt_name in _CT_ACTIVATION_FORMATS and not scheme.get("input_activations") and w_type != "float":
         raise InvalidArgumentError(
             f"{where}: compressed-tensors {w_type!r} weights without input_activations in format {fmt_name!r}: "
-            "vLLM 0.33.0 asserts float weights there (`assert ...weights.type == QuantizationType.FLOAT` in "
+            "vLLM 0.33.0 and 0.34.0 assert float weights there (`assert ...weights.type == QuantizationType.FLOAT` in "
             "_quantization_scheme_map_from_config, compressed_tensors.py)"
         )
     ignored = ignore_list(qc, where, "ignore")
@@ -441,7 +441,7 @@ def check_moe_scheme(q: Quantization, b: Breakdown, qc: Any, where: str) -> None
     ins = f"{_CtArgs.of(inputs).describe()} input_activations" if inputs else "no input_activations"
     raise InvalidArgumentError(
         f"{where}: compressed-tensors {w.describe()} weights with {ins} (format {fmt_name!r}) on the routed "
-        f"experts: vLLM 0.33.0 has no fused-MoE method for that scheme (CompressedTensorsMoEMethod."
+        f"experts: vLLM 0.33.0 and 0.34.0 have no fused-MoE method for that scheme (CompressedTensorsMoEMethod."
         f"get_moe_method, compressed_tensors_moe.py): {vllm}"
     )
 
@@ -491,7 +491,7 @@ def from_config(qc: Any, where: str, b: Breakdown | None = None) -> Quantization
         )
     if method == "bitsandbytes":
         raise InvalidArgumentError(
-            f"{where}: quant_method 'bitsandbytes': vLLM 0.33.0 has no bitsandbytes quantization (it is not "
+            f"{where}: quant_method 'bitsandbytes': vLLM 0.33.0 and 0.34.0 have no bitsandbytes quantization (it is not "
             "one of its QuantizationMethods), so kvsim cannot size it as vLLM would load it"
         )
     parser = _PARSERS.get(str(method))

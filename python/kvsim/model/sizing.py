@@ -1,6 +1,8 @@
 """Sizing: how many KV blocks a model gets on a GPU (the linear time model's coefficients re-exported).
 
-Pool size (vLLM's way, DESIGN.md §Defaults): `kv_bytes = floor(memory · gpu_memory_utilization) −
+Pool size (vLLM's way, DESIGN.md §Defaults): `SimConfig`'s default is vLLM 0.34.0's, from measured
+memory (`kvsim.model.measured`); `kv_cache_sizing="profiled"` (vLLM 0.33.0 and older, and this module's
+functions unless told): `kv_bytes = floor(memory · gpu_memory_utilization) −
 weight bytes / tensor_parallel_size − activation peak − non-torch memory − CUDA graphs`
 (`kvsim.model.memory`; the weights as vLLM loads them, `kvsim.model.quant`), or `kv_cache_bytes` given
 directly, and
@@ -80,7 +82,7 @@ def check_capability(m: Model, gpu: Gpu) -> None:
     if cap is None or cap >= least:
         return
     raise InvalidArgumentError(
-        f'quantization {method}: vLLM 0.33.0 does not run it on {gpu.name} ({arch}): "The quantization method '
+        f'quantization {method}: vLLM 0.33.0 and 0.34.0 do not run it on {gpu.name} ({arch}): "The quantization method '
         f"{method} is not supported for the current GPU. Minimum capability: {least}. Current capability: "
         f'{arch[3:]}."'
     )
@@ -177,6 +179,10 @@ def size_pool(
     `kvsim.model.measured.resolved_gpu_memory_utilization`). `in_flight_batches` (vLLM's `max_concurrent_batches`: 2 with
     async scheduling, 1 without) bounds a sliding-window or chunked-local group's blocks per request.
     With a model the result carries vLLM's four start-up figures (`PoolSizing.figures`).
+
+    The keyword defaults of `cudagraph_capture_grid` ("shared"), `sparse_mla_shard_q` (False) and
+    `kv_cache_sizing` ("profiled") are vLLM 0.33.0's rules, not `SimConfig`'s (0.34.0's: "split", True,
+    "measured" where vLLM measures); `SimConfig` passes every one.
 
     Raises:
         InvalidArgumentError: nothing to size from, a model that does not fit (vLLM's refusals: no memory
@@ -571,7 +577,9 @@ def pool_blocks(
     # Each argument by SimConfig's rule for its knob (units, types, ranges).
     block_size = convert("block_size", block_size)
     if block_size is None:  # (SimConfig derives an unset one from the model and the GPU; this takes it given)
-        raise InvalidArgumentError("block_size None must be given (vLLM's default is 16)")
+        raise InvalidArgumentError(
+            "block_size None must be given (vLLM 0.34.0's default is 64; SimConfig derives it)"
+        )
     gpu_memory_utilization = convert("gpu_memory_utilization", gpu_memory_utilization)
     if gpu_memory_utilization is None:  # (unset: the profiled rule's 0.92, which this function follows)
         gpu_memory_utilization = GPU_MEMORY_UTILIZATION
