@@ -232,7 +232,7 @@ def test_unmodelled_quantization_is_refused_by_name(tmp_path):
         ),
         (
             {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": False},
-            "takes zero points only",
+            "take zero points only",
         ),
         (
             {"quant_method": "gptq", "bits": 4, "group_size": -7, "desc_act": False, "sym": True},

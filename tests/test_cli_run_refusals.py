@@ -309,7 +309,8 @@ def test_the_knobs_run_where_they_are_read(capsys):
         ["--kv-offloading-chunks", "1000", "--kv-offloading-eviction-policy", "arc"],
         ["--preemption-mode", "swap", "--cpu-blocks", "100", "--swap-ps-per-block", "5ms"],
         ["--preset", "vllm-0.19"],  # (its gpu_memory_utilization 0.9 is the preset's, not the user's)
-        ["--preset", "vllm-0.34"],  # (its cudagraph_capture_grid and sparse_mla_shard_q are the preset's)
+        ["--preset", "vllm-0.34"],  # (the defaults' grid and ShardQ, not given, are not refused)
+        ["--preset", "vllm-0.33"],  # (its cudagraph_capture_grid and sparse_mla_shard_q are the preset's)
     ):
         assert main(["run", "--num-gpu-blocks-override", "500", "--requests", "10", *argv]) == 0, argv
     capsys.readouterr()
@@ -361,6 +362,11 @@ LLAMA_ON_H100 = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requ
             ["--cudagraph-capture-grid", "shared", "--enforce-eager"],
             "--cudagraph-capture-grid: 'shared' does nothing here: it picks the CUDA graphs kvsim's estimate "
             "counts, and --enforce-eager captures no graphs",
+        ),
+        (
+            ["--cudagraph-capture-grid", "shared", "--num-gpu-blocks-override", "2000"],
+            "--cudagraph-capture-grid: 'shared' does nothing here: it picks the CUDA graphs kvsim's estimate "
+            "counts, and --num-gpu-blocks-override gives the pool",
         ),
         (
             ["--cudagraph-capture-grid", "split", "--cudagraph-memory-bytes", "1GiB"],

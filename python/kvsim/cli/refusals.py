@@ -326,8 +326,9 @@ def _refuse_idle_swap(
 
 
 def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dict[str, str | None]:
-    """The knobs set away from their defaults in `config` (with `prefill`, a P/D run's prefill pool) that
-    only some runs read, each None where this one reads it, else why it does nothing (the refusal's text
+    """The knobs in `config` (with `prefill`, a P/D run's prefill pool) that only some runs read (most only
+    when set away from their defaults; vLLM 0.34.0's six, the CPU tier's rules and the sizing knobs at any
+    value, the callers keeping the user's own), each None where this one reads it, else why it does nothing (the refusal's text
     after the knob's name). The router's knobs are read by the routers DESIGN.md §Fleet names (the
     tie-break and the refresh by those that read replica state, the seed by `random` and by a tie drawn at
     random, the load cap by `prefix-affinity`, the weights by `weighted`); the CPU tier's by a run with a
@@ -481,6 +482,8 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
         if config.activation_reserve_bytes is not None
         else f"{spell.knob('kv_cache_bytes')} gives the KV cache memory"
         if config.kv_cache_bytes is not None
+        else f"{spell.knob('num_blocks')} gives the pool"
+        if config._given.get("num_blocks") is not None
         else None
     )
     out["cudagraph_capture_grid"] = (
@@ -575,8 +578,7 @@ def _shardq_taken(config: Any) -> bool:
 
 
 def _refuse_idle_knobs(config: Any, prefill: Any = None, given: set[str] | None = None) -> None:
-    """`kvsim run`'s refusal of a knob set away from its default that this run does not read
-    (`idle_knobs`): refused by its flag (it was accepted and dropped, and `config:` showed it as if it took
+    """`kvsim run`'s refusal of a knob given that this run does not read (`idle_knobs`): refused by its flag (it was accepted and dropped, and `config:` showed it as if it took
     effect); with `given`, only the user's knobs (not a preset's own)."""
     refuse_idle_at_every_point(
         [(config, prefill)], lambda name: f"argument {_knob_flags(name)[0]}", model=False, given=given

@@ -621,11 +621,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
           (`admission_gate="full-prompt"`, `scheduler_reserve_full_isl`), and with chunked prefill off the
           waiting loop ends at a prompt over the budget left (`waiting_over_budget="stop"`); no watermark
           (vLLM's default), and one given is kept free while some request runs
-          (`watermark_rule="while-running"`, vLLM 0.24.0 and later); a default block of 16, the pool
-          profiled at `gpu_memory_utilization` 0.92, a CPU tier's junction from the GPU lookup only and its
-          threshold counting every offer (the six knobs 0.34.0 changed, each at 0.33.0's value:
-          graphs at the shared capture sizes, no ShardQ buffers; every
-          older preset sets them so too).
+          (`watermark_rule="while-running"`, vLLM 0.24.0 and later); and the six knobs 0.34.0 changed at
+          0.33.0's values (every older preset sets them so too): a default block of 16, the pool profiled at
+          `gpu_memory_utilization` 0.92, the CUDA graphs at the shared capture sizes, no ShardQ buffers, and
+          with a CPU tier the junction from the GPU lookup only and the threshold counting every offer.
         - `vllm-0.20`: vLLM 0.20.0 to 0.22.1: the full-prompt gate, classic free order, stop.
         - `vllm-0.19`: vLLM 0.19.0 to 0.19.1: as `vllm-0.20`, with `gpu_memory_utilization` 0.9 (0.20.0
           raised vLLM's default to 0.92, the knob's; every older preset sets 0.9 too).

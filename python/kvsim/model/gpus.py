@@ -26,7 +26,7 @@ from kvsim.model.gpu_presets import GIB, GPUS, Gpu  # (re-exported: the presets'
 from kvsim.model.gpu_tables import TOPOLOGY
 
 # How `vllm serve` picks `--max-num-batched-tokens` and `--max-num-seqs` when they are not given
-# (`EngineArgs.get_batch_defaults`, read in each release's wheel): `serve-0.28` is 0.28.0 to 0.33.0 (a tier
+# (`EngineArgs.get_batch_defaults`, read in each release's wheel): `serve-0.28` is 0.28.0 to 0.34.0 (a tier
 # for GPUs of at least 160 GiB), `serve-0.9` is 0.9.0 to 0.27.1 (70 GiB and not an A100, else the small
 # tier), `v0` is the v0 engine (256 sequences, max(max_model_len, 2048) tokens with chunked prefill off).
 BATCH_RULES = ("serve-0.28", "serve-0.9", "v0")

@@ -354,7 +354,7 @@ KNOBS: dict[str, Knob] = {
         "serve-0.28",
         "choice",
         "how unset max_num_seqs / max_num_batched_tokens are picked: vllm serve's rule on the GPU named, of 0.28.0 to "
-        "0.33.0 (serve-0.28: 16384 / 1024 on >= 160 GiB, 8192 / 1024 on >= 70 GiB not an A100, else 2048 / "
+        "0.34.0 (serve-0.28: 16384 / 1024 on >= 160 GiB, 8192 / 1024 on >= 70 GiB not an A100, else 2048 / "
         "256), of 0.9.0 to 0.27.1 (serve-0.9: no 160 GiB tier) or of the v0 engine (v0: 256 sequences, "
         "max(max_model_len, 2048) tokens, the one rule that reads no GPU: without one the serve rules give way to "
         "8192 / 256, and kvsim run refuses one given); the presets set their release's",

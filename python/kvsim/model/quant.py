@@ -135,7 +135,7 @@ def _awq(qc: dict[str, Any], where: str) -> Quantization:
         )
     if qc.get("zero_point") is not True:
         raise InvalidArgumentError(
-            f"{where}: AWQ zero_point {qc.get('zero_point')!r}: vLLM 0.33.0's and 0.34.0's AWQ takes zero points only"
+            f"{where}: AWQ zero_point {qc.get('zero_point')!r}: vLLM 0.33.0's and 0.34.0's AWQ take zero points only"
         )
     fmt = Format("int", bits, "group", group=group, zeros=True)
     ignored = ignore_list(qc, where, "modules_to_not_convert")
