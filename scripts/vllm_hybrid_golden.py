@@ -677,14 +677,21 @@ def _drive_async(
     return steps
 
 
-def _outputs(s: Any, out: Any, sampled: dict[str, bool], MRO: Any) -> None:
-    """A step's outputs reach the scheduler: a fresh token id for each request it sampled."""
-    ids = list(out.num_scheduled_tokens)
+def sampled_tokens(s: Any, ids: list[str], sampled: dict[str, bool]) -> list[list[int]]:
+    """A batch's outputs as they reach the scheduler: a fresh token id for each request it sampled
+    (request r's k-th is 900_000 + r * 1000 + k), none for the others (the offload recorder's too)."""
     tokens = []
     for r in ids:
         req = s.requests.get(r)
         n = req.num_output_tokens if req is not None else 0
         tokens.append([900_000 + int(r) * 1000 + n] if sampled[r] else [])
+    return tokens
+
+
+def _outputs(s: Any, out: Any, sampled: dict[str, bool], MRO: Any) -> None:
+    """A step's outputs reach the scheduler (`sampled_tokens`)."""
+    ids = list(out.num_scheduled_tokens)
+    tokens = sampled_tokens(s, ids, sampled)
     s.update_from_output(out, MRO(req_ids=ids, sampled_token_ids=tokens, **req_id_to_index(MRO, ids)))
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 # (the release helpers are the hybrid recorder's, one place; this script's folder is on sys.path when run)
-from vllm_hybrid_golden import req_id_to_index, vllm_version
+from vllm_hybrid_golden import req_id_to_index, sampled_tokens, vllm_version
 
 # Content `c`'s token `i` is token id `c * 100_000 + i` (kvsim's segment (c, n) is the first n tokens of
 # content c); request r's k-th output token is 900_000 + r * 1000 + k (never shared).
@@ -513,15 +513,10 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         output, flushed, start, end = clock.run(step, meta, bool(ids))
         flushes += flushed
         if ids:
-            coordinator = s.kv_cache_manager.coordinator
             steps.append(
                 {
                     "scheduled": dict(out.num_scheduled_tokens),
-                    "tables": {
-                        r: [b.block_id for b in coordinator.get_blocks(r)[0]]
-                        for r in sorted(s.requests, key=int)
-                        if coordinator.get_blocks(r)[0]
-                    },
+                    "tables": _tables(s),
                     "loads": loads,
                     "stores": stores,
                     "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
@@ -573,6 +568,16 @@ ASYNC_SCENARIOS = [
     "random_2",
     "random_3",
 ]
+
+
+def _tables(s: Any) -> dict[str, list[int]]:
+    """Each request's block ids after a step (those holding any), in request order."""
+    coordinator = s.kv_cache_manager.coordinator
+    return {
+        r: [b.block_id for b in coordinator.get_blocks(r)[0]]
+        for r in sorted(s.requests, key=int)
+        if coordinator.get_blocks(r)[0]
+    }
 
 
 def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
@@ -647,17 +652,12 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             batch += 1
             gpu_free = end
             if computes:
-                coordinator = s.kv_cache_manager.coordinator
                 steps.append(
                     {
                         "t": start,
                         **({"end": end} if end != start + 1 else {}),
                         "scheduled": dict(out.num_scheduled_tokens),
-                        "tables": {
-                            r: [b.block_id for b in coordinator.get_blocks(r)[0]]
-                            for r in sorted(s.requests, key=int)
-                            if coordinator.get_blocks(r)[0]
-                        },
+                        "tables": _tables(s),
                         "loads": loads,
                         "stores": stores,
                         "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
@@ -678,11 +678,7 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         out, output, sampled, end = queue.pop()
         now = max(now, end)
         ids = list(out.num_scheduled_tokens)
-        tokens = []
-        for r in ids:
-            req = s.requests.get(r)
-            n = req.num_output_tokens if req is not None else 0
-            tokens.append([900_000 + int(r) * 1000 + n] if sampled[r] else [])
+        tokens = sampled_tokens(s, ids, sampled)
         mro = ModelRunnerOutput(
             req_ids=ids,
             **req_id_to_index(ModelRunnerOutput, ids),
