@@ -319,7 +319,7 @@ def _refuse_idle_swap(
         )
         raise FlagError(
             f"{said}: {what} would do nothing: preemption is 'recompute', which frees a "
-            "preempted request's blocks and never swaps (vLLM 0.33.0 preempts only so and has no "
+            "preempted request's blocks and never swaps (vLLM 0.33.0 and 0.34.0 preempt only so and have no "
             f"--swap-space: vllm serve refuses the flag); add {how} or auto (vLLM v0's) "
             "to swap to it, or drop it"
         )
