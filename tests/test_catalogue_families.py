@@ -223,18 +223,18 @@ def test_deepseek_v4_weights_and_refusals():
         ({"compress_ratios": [0, 2] + [4] * 42}, "compress_ratios\\[1\\] 2"),
         ({"compress_ratios": [4] * 10}, "compress_ratios"),
         ({"head_dim": 256}, "head_dim"),
-        # vLLM 0.33.0 registers DeepSeek-V4.1 (DeepseekV41Config): not modelled, not "no config class"
+        # vLLM 0.33.0 and 0.34.0 register DeepSeek-V4.1 (DeepseekV41Config): not modelled, not "no config class"
         (
             {"model_type": "deepseek_v41"},
-            r"'deepseek_v41' \(DeepSeek-V4.1, vLLM 0.33.0's DeepseekV41Config\)",
+            r"'deepseek_v41' \(DeepSeek-V4.1, vLLM 0.33.0's and 0.34.0's DeepseekV41Config\)",
         ),
         (
             {"model_type": "deepseek_v3"},
             r"model_type 'deepseek_v3' with 'compress_ratios': only DeepSeek-V4 "
             r"\('deepseek_v4'\) is modelled \(",
         ),
-        # SGLang's copies of the V4 releases (model_type 'deepseek_ref'): no config class in vLLM 0.33.0
-        ({"model_type": "deepseek_ref"}, "registers no config class named 'deepseek_ref'"),
+        # SGLang's copies of the V4 releases (model_type 'deepseek_ref'): no config class in vLLM 0.33.0 or 0.34.0
+        ({"model_type": "deepseek_ref"}, "0.34.0 register no config class named 'deepseek_ref'"),
         ({"expert_dtype": "fp6"}, "expert_dtype"),
         (
             {"quantization_config": {**base["quantization_config"], "moe_quant_algo": "MXFP8"}},

@@ -277,7 +277,7 @@ def test_a_disaggregation_knob_without_prefill_replicas_is_refused_not_ignored(c
         (["--kv-offloading-latency-ps", "5ms"], "--kv-offloading-latency-ps: a CPU tier's knob"),
         (["--kv-offloading-eviction-policy", "arc"], "--kv-offloading-eviction-policy: a CPU tier's knob"),
         (["--kv-offloading-blocks-per-chunk", "4"], "--kv-offloading-blocks-per-chunk: a CPU tier's knob"),
-        (["--no-kv-offloading-prompt-only"], "--kv-offloading-prompt-only: a CPU tier's knob"),
+        (["--no-kv-offloading-prompt-only"], "--no-kv-offloading-prompt-only: a CPU tier's knob"),
         (["--kv-offloading-ps-per-block", "5"], "--kv-offloading-ps-per-block: a CPU tier's knob"),
         (["--swap-ps-per-block", "5ms"], "--swap-ps-per-block: the time a swap takes, but preemption"),
         (
@@ -356,7 +356,7 @@ LLAMA_ON_H100 = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requ
         ),
         (
             ["--no-sparse-mla-shard-q"],
-            "--sparse-mla-shard-q: the flag does nothing here: vLLM 0.34.0 keeps ShardQ's buffers only for",
+            "--no-sparse-mla-shard-q: the flag does nothing here: vLLM 0.34.0 keeps ShardQ's buffers only for",
         ),
         (
             ["--cudagraph-capture-grid", "shared", "--enforce-eager"],

@@ -834,6 +834,9 @@ def test_minicpm3_caches_every_heads_k_and_v_not_an_mla_latent():
     )
     with pytest.raises(InvalidArgumentError, match="field 'kv_lora_rank' on model_type 'custom'"):
         hf_config._from_dict({**mini, "model_type": "custom"}, "c", "c", "c", None)
+    # vLLM 0.34.0 adds Mistral Large 4 to its MLA model types (MLA with a DSA indexer): named, not modelled.
+    with pytest.raises(InvalidArgumentError, match=r"model_type 'mistral_large_4' .*new in vLLM 0\.34\.0"):
+        hf_config._from_dict({**mini, "model_type": "mistral_large_4"}, "l", "l", "l", None)
 
 
 @pytest.mark.parametrize("rope", ["linear", {"rope_type": "linear", "factor": "x"}, {"rope_type": 3}])
@@ -877,8 +880,11 @@ def test_the_host_link_is_the_hosts_and_geforce_tensor_rates_accumulate_in_fp32(
 @pytest.mark.parametrize(
     ("rope", "said"),
     [
-        ({"rope_type": "mystery", "factor": 4.0}, "rope_type 'mystery' is not one vLLM 0.33.0 builds"),
-        ({"type": "mystery"}, "rope_type 'mystery' is not one vLLM 0.33.0 builds"),
+        (
+            {"rope_type": "mystery", "factor": 4.0},
+            "rope_type 'mystery' is not one vLLM 0.33.0 or 0.34.0 builds",
+        ),
+        ({"type": "mystery"}, "rope_type 'mystery' is not one vLLM 0.33.0 or 0.34.0 builds"),
         ({"rope_type": "dynamic"}, "rope_type 'dynamic' needs a 'factor' or an 'alpha'"),
         # (an empty name: the rope cache took it for 'default' while the context scaled by its factor, 8192
         # tokens to 32768)
@@ -927,7 +933,7 @@ def test_dynamic_ntk_and_telechat_yarn_rows_follow_vllm():
     [
         (
             {"architectures": ["Rwkv7ForCausalLM"], "model_type": "rwkv7", "hidden_size": 4096},
-            "Rwkv7ForCausalLM (model_type 'rwkv7') is an RWKV model, which vLLM 0.33.0 does not serve",
+            "Rwkv7ForCausalLM (model_type 'rwkv7') is an RWKV model, which vLLM 0.33.0 and 0.34.0 do not serve",
         ),
         (
             {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 2560},

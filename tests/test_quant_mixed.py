@@ -108,7 +108,7 @@ def test_a_fused_module_whose_shards_disagree_is_refused():
         "quant_algo": "W4A16_NVFP4",
         "group_size": 16,
     }
-    with pytest.raises(InvalidArgumentError, match=r"qkv_proj.*vLLM 0\.33\.0 refuses it"):
+    with pytest.raises(InvalidArgumentError, match=r"qkv_proj.*vLLM 0\.33\.0 and 0\.34\.0 refuse it"):
         quant.from_config(qc, "t", b)
     qc = copy.deepcopy(_qc(QWEN_35B))
     qc["quantized_layers"]["model.language_model.layers.0.linear_attn.in_proj_z"] = {"quant_algo": "NVFP4"}

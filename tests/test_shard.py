@@ -206,7 +206,7 @@ def test_gated_delta_net_heads_must_split_over_the_gpus():
         m = _model(_preset(preset, linear_num_key_heads=4), "gdn")
         _fits(m, 4)
         msg = _refused(m, 8, "tensor_parallel_size 8 does not divide gdn's linear_num_key_heads 4")
-        assert "gives each GPU 4 // 8 = 0 key heads" in msg
+        assert "give each GPU 4 // 8 = 0 key heads" in msg
     m = _model(_preset("qwen3-next-80b-a3b", linear_num_key_heads=8, linear_num_value_heads=24), "gdn")
     _fits(m, 8)
     _refused(
@@ -237,7 +237,7 @@ def test_deepseek_v4_output_groups_must_split_over_the_gpus():
     msg = _refused(
         "deepseek-v4-flash", 16, "tensor_parallel_size 16 does not divide deepseek-v4-flash's o_groups 8"
     )
-    assert "gives each GPU 8 // 16 = 0 output groups (DeepseekV4Attention)" in msg
+    assert "give each GPU 8 // 16 = 0 output groups (DeepseekV4Attention)" in msg
     assert "\n" not in msg
     # Fewer GPUs than groups, not dividing them: 12 groups over 8 GPUs, 1.5 groups' rows of wo_a a GPU.
     m = _model(_preset("deepseek-v4-flash", num_attention_heads=96, o_groups=12), "v4g12")

@@ -226,8 +226,8 @@ def _add_knob_flags(groups: dict[str, Any]) -> None:
         unit = _UNIT_TEXT.get(k.kind) or (k.unit if k.unit in ("tokens", "blocks", "sequences") else "")
         if name == "swap_space_bytes":
             unit = (
-                "vLLM v0's --swap-space, 4 GiB by default there; vLLM v1 has no CPU swap and 0.33.0 no such "
-                "flag; read only by --preemption-mode swap or auto, refused with recompute; a size: 4GiB; "
+                "vLLM v0's --swap-space, 4 GiB by default there; vLLM v1 has no CPU swap and 0.33.0 and 0.34.0 "
+                "no such flag; read only by --preemption-mode swap or auto, refused with recompute; a size: 4GiB; "
                 "after --swap-space a bare number is GiB, as in vLLM v0; default: unset, no CPU pool"
             )
         if default and k.kind not in ("bytes", "duration"):

@@ -15,7 +15,7 @@ from kvsim.analysis.sweep import EXECUTORS
 from kvsim.cli.flags import METRICS_POINTER, FlagError, _Formatter, _knob_flags, add_run_inputs
 from kvsim.cli.plan_lines import rate_note, searched_fleet_line
 from kvsim.cli.plan_report import _best_line, _json_head, _ranking_table, _split
-from kvsim.cli.refusals import Spelling, _given_at, _refuse_idle_swap, refuse_idle_at_every_point
+from kvsim.cli.refusals import Spelling, _given_at, _refuse_idle_swap, given_where, refuse_idle_at_every_point
 from kvsim.cli.run import _config_from_args, _float_flag, _int_flag, _workload_from_args, read_run_file
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
@@ -484,18 +484,12 @@ def _refuse_idle_knobs(args: argparse.Namespace, config: Any) -> None:
     policies with a contiguous one, `--swap-space` by a `--compare` of preemption modes with one that swaps). The knob `--compare` varies is what the search measures, not refused:
     candidates that do the same tie, and the answer says so."""
     compared = _compare(args.compare)[0] if args.compare is not None else None
-
-    def where(name: str) -> str:
-        if name in args.given_knobs:
-            return _given_at(args, args.flag_of, name)
-        return f"argument {_knob_flags(name)[0]}"
-
     points = [(c, None) for c in _points(args, config)]
     if compared not in ("swap_space_bytes", "cpu_blocks"):  # (a swap space a candidate swaps to is read)
         _refuse_idle_swap(args, [c for c, _ in points], args.given_cfg, args.flag_of)
     # (the user's knobs only: a preset's own are not refused)
     refuse_idle_at_every_point(
-        points, where, Spelling(args.flag_of), given=set(args.given_knobs) - {compared}
+        points, given_where(args), Spelling(args.flag_of), given=set(args.given_knobs) - {compared}
     )
 
 

@@ -24,6 +24,19 @@ def _given_at(args: argparse.Namespace, flag_of: dict[str, str], name: str) -> s
     return f"argument {flag_of[name]}" if name in flag_of else f"run file {args.toml}: [config] {name}"
 
 
+def given_where(args: argparse.Namespace) -> Callable[[str], str]:
+    """How `kvsim run` and `kvsim plan` name a knob they refuse (`refuse_idle_at_every_point`'s `where`): one
+    the user gave by the flag as typed (`--no-sparse-mla-shard-q`, not `--sparse-mla-shard-q`; argparse
+    records it, `args.flag_of`) or by the run file (`_given_at`), any other (a preset's own) by its flag."""
+
+    def where(name: str) -> str:
+        if name in args.given_knobs:
+            return _given_at(args, args.flag_of, name)
+        return f"argument {_knob_flags(name)[0]}"
+
+    return where
+
+
 def _refuse_modelless_knobs(
     args: argparse.Namespace | None,
     config: Any,
@@ -319,7 +332,7 @@ def _refuse_idle_swap(
         )
         raise FlagError(
             f"{said}: {what} would do nothing: preemption is 'recompute', which frees a "
-            "preempted request's blocks and never swaps (vLLM 0.33.0 preempts only so and has no "
+            "preempted request's blocks and never swaps (vLLM 0.33.0 and 0.34.0 preempt only so and have no "
             f"--swap-space: vllm serve refuses the flag); add {how} or auto (vLLM v0's) "
             "to swap to it, or drop it"
         )
@@ -577,11 +590,12 @@ def _shardq_taken(config: Any) -> bool:
     return dsa.shardq_bytes(m, arch, kv, tp, config.max_num_batched_tokens, config.max_num_seqs) > 0
 
 
-def _refuse_idle_knobs(config: Any, prefill: Any = None, given: set[str] | None = None) -> None:
-    """`kvsim run`'s refusal of a knob given that this run does not read (`idle_knobs`): refused by its flag (it was accepted and dropped, and `config:` showed it as if it took
-    effect); with `given`, only the user's knobs (not a preset's own)."""
+def _refuse_idle_knobs(args: argparse.Namespace, config: Any, prefill: Any = None) -> None:
+    """`kvsim run`'s refusal of a knob the user gave (`args.given_knobs`, not a preset's own) that this run
+    does not read (`idle_knobs`; it was accepted and dropped, and `config:` showed it as if it took effect):
+    refused by the flag as typed, or the run file (`given_where`, as `kvsim plan` names it)."""
     refuse_idle_at_every_point(
-        [(config, prefill)], lambda name: f"argument {_knob_flags(name)[0]}", model=False, given=given
+        [(config, prefill)], given_where(args), Spelling(args.flag_of), model=False, given=args.given_knobs
     )
 
 

@@ -602,7 +602,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise FlagError(f"argument --goodput: {exc}") from None
     save_dir = _save_dir_from_args(args)
     config = _config_from_args(args, data)
-    _refuse_idle_knobs(config, getattr(args, "prefill_sim_config", None), given=args.given_knobs)
+    _refuse_idle_knobs(args, config, getattr(args, "prefill_sim_config", None))
     notes: list[str] = list(getattr(args, "sizing_notes", []))
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")

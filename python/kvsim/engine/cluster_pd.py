@@ -45,7 +45,7 @@ def _kv_cache_dtype(config: SimConfig) -> tuple[str, str]:
     if given == "auto":
         return (
             kv,
-            f" (auto: vLLM 0.33.0's for {m.name} on {config.gpu if isinstance(config.gpu, str) else 'its GPU'})",
+            f" (auto: vLLM 0.33.0's and 0.34.0's for {m.name} on {config.gpu if isinstance(config.gpu, str) else 'its GPU'})",
         )
     return kv, ""
 
@@ -114,7 +114,7 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
     if max(tp, ptp) % min(tp, ptp):
         raise InvalidArgumentError(
             f"prefill_config's tensor_parallel_size {ptp} and the decode replicas' {tp} do not divide one "
-            "another: vLLM 0.33.0's NIXL connector maps each decode rank onto whole prefill ranks or the "
+            "another: vLLM 0.33.0's and 0.34.0's NIXL connector maps each decode rank onto whole prefill ranks or the "
             'reverse and asserts it (TransferTopology.tp_ratio, "Local tensor parallel size ... is not '
             'divisible by remote tensor parallel size"); give the pools TP sizes of which one divides the '
             "other (DESIGN.md §Prefill/decode disaggregation)"
@@ -127,12 +127,12 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
     ):
         if first.enable_prefix_caching:
             why = (
-                "with prefix caching vLLM 0.33.0's NIXL connector refuses it (\"Prefix caching with "
+                "with prefix caching vLLM 0.33.0's and 0.34.0's NIXL connector refuses it (\"Prefix caching with "
                 'heterogeneous physical_blocks_per_logical is not supported for Mamba hybrid models")'
             )
         else:
             why = (
-                "vLLM 0.33.0's NIXL connector then pairs the pools' attention blocks by kernel block "
+                "vLLM 0.33.0's and 0.34.0's NIXL connector then pairs the pools' attention blocks by kernel block "
                 "(TransferTopology.block_size_ratio, _apply_prefix_caching), which kvsim, with no kernel blocks, "
                 "does not model"
             )

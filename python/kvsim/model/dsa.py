@@ -336,7 +336,8 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
         raise InvalidArgumentError(
             f"model {where}: field 'sparse_attention_config.sparse_attention_freq' must list the {num_layers} "
             "layers, each a whole number: 0 dense attention, any other sparse (top-k blocks and an index key "
-            "cache; vLLM 0.33.0's _sparse_attention_layer_ids takes every entry that is not 0)"
+            "cache; vLLM 0.33.0's _sparse_attention_layer_ids and 0.34.0's MiniMaxM3VLTextConfig take every "
+            "entry that is not 0)"
         )
     layers = tuple(f != 0 for f in freq)
     if not any(layers):
@@ -346,9 +347,11 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
         v = sparse.get(key, default)
         if not whole_at_least(v, least):
             at = f" of at least {least}" if least else ""
+            # (0.34.0 reads the legacy keys through transformers' flat fields, all but sparse_init_block)
+            also = "; 0.34.0's reads no such field" if key == "sparse_init_block" else ", as 0.34.0's does"
             raise InvalidArgumentError(
                 f"model {where}: field 'sparse_attention_config.{key}' {v!r} must be a whole number{at} "
-                "(vLLM 0.33.0's MiniMax-M3 reads it for its sparse layers)"
+                f"(vLLM 0.33.0's MiniMax-M3 reads it for its sparse layers{also})"
             )
         return int(v)
 
@@ -365,27 +368,28 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
     if heads != kv_heads:
         raise InvalidArgumentError(
             f"model {where}: field 'sparse_attention_config.sparse_num_index_heads' {heads} is not the "
-            f"{kv_heads} KV heads: vLLM 0.33.0's MinimaxM3QKVParallelLinearWithIndexer asserts "
+            f"{kv_heads} KV heads: vLLM 0.33.0's and 0.34.0's MinimaxM3QKVParallelLinearWithIndexer asserts "
             '"total_num_index_heads == total_num_kv_heads"'
         )
     head_dim = cfg.get("head_dim")
     for key, v in (("sparse_attention_config.sparse_index_dim", dim), ("head_dim", head_dim)):
         if v != MINIMAX_M3_HEAD:
             raise InvalidArgumentError(
-                f"model {where}: field {key!r} {v!r}: vLLM 0.33.0's MiniMax-M3 sparse attention and indexer "
+                f"model {where}: field {key!r} {v!r}: vLLM 0.33.0's and 0.34.0's MiniMax-M3 sparse attention and "
+                "indexer "
                 f"backends take heads of {MINIMAX_M3_HEAD} only (get_supported_head_sizes)"
             )
     if block != MINIMAX_M3_BLOCK:
         raise InvalidArgumentError(
-            f"model {where}: field 'sparse_attention_config.sparse_block_size' {block}: vLLM 0.33.0's MiniMax-M3 "
-            f"kernels score and attend blocks of {MINIMAX_M3_BLOCK} tokens whatever the config says "
+            f"model {where}: field 'sparse_attention_config.sparse_block_size' {block}: vLLM 0.33.0's and "
+            f"0.34.0's MiniMax-M3 kernels score and attend blocks of {MINIMAX_M3_BLOCK} tokens whatever the config says "
             "(SPARSE_BLOCK_SIZE, models/minimax_m3/common/ops/sparse_attn.py): not modelled"
         )
     score = sparse.get("sparse_score_type", "max")
     if score != "max":
         raise InvalidArgumentError(
-            f"model {where}: field 'sparse_attention_config.sparse_score_type' {score!r}: vLLM 0.33.0's MiniMax-M3 "
-            'indexer kernels implement "max" only (models/minimax_m3/common/ops/index_topk.py): not modelled'
+            f"model {where}: field 'sparse_attention_config.sparse_score_type' {score!r}: vLLM 0.33.0's and "
+            '0.34.0\'s MiniMax-M3 indexer kernels implement "max" only (models/minimax_m3/common/ops/index_topk.py): not modelled'
         )
     no_value = sparse.get("sparse_disable_index_value")
     if no_value is not None and (not isinstance(no_value, list) or len(no_value) != num_layers):
@@ -396,8 +400,8 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
     if any(s and not (no_value or [0] * num_layers)[i] for i, s in enumerate(layers)):
         raise InvalidArgumentError(
             f"model {where}: field 'sparse_attention_config.sparse_disable_index_value' leaves a sparse layer's "
-            "index value on: vLLM 0.33.0's MiniMax-M3 builds no index value or output projection (its "
-            "MiniMaxM3SparseAttention disables them on every sparse layer), which kvsim does not model"
+            "index value on: vLLM 0.33.0's and 0.34.0's MiniMax-M3 build no index value or output projection "
+            "(their MiniMaxM3SparseAttention disables them on every sparse layer), which kvsim does not model"
         )
     return MiniMaxM3Sparse(layers, heads, dim, topk)
 
@@ -425,7 +429,7 @@ def minimax_m3_block_size(model: Any, arch: str | None, kv_dtype: str | None, bl
     where = f"model {model.name}" + (f" on {arch}" if arch else "")
     if kv_dtype is not None and kv_dtype not in MINIMAX_M3_KV_DTYPES:
         raise InvalidArgumentError(
-            f"{where}: kv_cache_dtype {kv_dtype}: vLLM 0.33.0's MiniMax-M3 sparse attention backends take "
+            f"{where}: kv_cache_dtype {kv_dtype}: vLLM 0.33.0's and 0.34.0's MiniMax-M3 sparse attention backends take "
             "bfloat16 and fp8 (e4m3, e5m2) (MiniMaxM3SparseBackend.supported_kv_cache_dtypes) and, on NVIDIA's "
             "SM100 MSA backend, nvfp4 (MiniMaxM3SparseMSANvfp4Backend), which kvsim does not model: not modelled"
         )
@@ -433,8 +437,8 @@ def minimax_m3_block_size(model: Any, arch: str | None, kv_dtype: str | None, bl
         return MINIMAX_M3_BLOCK
     if block_size % MINIMAX_M3_BLOCK:
         raise InvalidArgumentError(
-            f"{where}: block_size {block_size} is not a multiple of {MINIMAX_M3_BLOCK}: vLLM 0.33.0's MiniMax-M3 "
-            f"sparse attention and indexer take kernel blocks of {MINIMAX_M3_BLOCK} tokens only (one sparse block "
+            f"{where}: block_size {block_size} is not a multiple of {MINIMAX_M3_BLOCK}: vLLM 0.33.0's and "
+            f"0.34.0's MiniMax-M3 sparse attention and indexer take kernel blocks of {MINIMAX_M3_BLOCK} tokens only (one sparse block "
             f'a page; "No common block size"): give a multiple of {MINIMAX_M3_BLOCK}, or leave it unset'
         )
     return block_size

@@ -286,8 +286,8 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
                 # to 12.x; `sm_10` is 1.0, not Blackwell's 10.0 (`sm_100`), which some of kvsim's rules would
                 # otherwise have read it as; `sm_089` (a leading zero) is no spelling vLLM uses.
                 raise InvalidArgumentError(
-                    f"{where}: arch {arch!r} is compute capability {major}.{minor}: vLLM 0.33.0 runs on 6.0 "
-                    "and up and has rules for families up to 12.x (sm_90 is 9.0, sm_100 10.0, sm_103 10.3, "
+                    f"{where}: arch {arch!r} is compute capability {major}.{minor}: vLLM 0.33.0 and 0.34.0 run on "
+                    "6.0 and up and have rules for families up to 12.x (sm_90 is 9.0, sm_100 10.0, sm_103 10.3, "
                     "sm_121 12.1); leave arch unset for a GPU it has no rules for"
                 )
         fields["arch"] = arch

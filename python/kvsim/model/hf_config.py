@@ -383,9 +383,15 @@ def _cache_heads(
     if kind == "minicpm3":
         nope = pick("qk_nope_head_dim", least=1)
         return 0, 0, int(nope) + int(pick("qk_rope_head_dim", least=1))
+    if kind == "mistral_large_4":
+        # (0.34.0 adds it to `is_deepseek_mla`'s list: Mistral Large 4, MLA with a DSA indexer)
+        raise InvalidArgumentError(
+            f"model {where!r}: model_type 'mistral_large_4' (Mistral Large 4, new in vLLM 0.34.0: MLA with "
+            "a DSA indexer) is not modelled"
+        )
     raise InvalidArgumentError(
-        f"model {where!r}: field 'kv_lora_rank' on model_type {kind!r}: vLLM 0.33.0 runs MLA only for "
-        "DeepSeek-style model types (deepseek_v2, deepseek_v3, kimi_k2, ...), and kvsim does not know what "
+        f"model {where!r}: field 'kv_lora_rank' on model_type {kind!r}: vLLM 0.33.0 and 0.34.0 run MLA only "
+        "for DeepSeek-style model types (deepseek_v2, deepseek_v3, kimi_k2, ...), and kvsim does not know what "
         "this model's attention caches"
     )
 
@@ -499,7 +505,7 @@ def _attention_free(cfg: dict[str, Any]) -> str | None:
     rwkv = (lambda k: k.startswith(_RWKV_TYPES), lambda a: a.lower().startswith("rwkv"))
     if any(rwkv[0](k) for _, k in kinds) or any(rwkv[1](a) for a in archs):
         return (
-            f"{said(*rwkv)} is an RWKV model, which vLLM 0.33.0 does not serve (its model registry has no RWKV "
+            f"{said(*rwkv)} is an RWKV model, which vLLM 0.33.0 and 0.34.0 do not serve (their model registries has no RWKV "
             "architecture): kvsim sizes models as vLLM serves them"
         )
     ssm = (lambda k: k in _PURE_SSM_TYPES, lambda a: a in _PURE_SSM_ARCHS)

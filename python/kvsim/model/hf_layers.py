@@ -181,7 +181,7 @@ def kimi_linear_attention(
         # (KimiK3DeltaAttention asserts `_KDA_GATE_LOGBOUND_MIN <= gate_lower_bound < 0`)
         raise InvalidArgumentError(
             f"model {where}: field 'linear_attn_config.gate_lower_bound' {bound!r} must be a number in [-5, 0) "
-            "(vLLM 0.33.0's KimiK3DeltaAttention asserts it)"
+            "(vLLM 0.33.0's and 0.34.0's KimiK3DeltaAttention asserts it)"
         )
     numbers = []
     for key, default in (("num_heads", None), ("head_dim", None), ("short_conv_kernel_size", 4)):

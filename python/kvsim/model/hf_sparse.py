@@ -24,14 +24,14 @@ def deepseek_v4_layers(
     `index_head_dim`; the latent layout vLLM prices (head_dim 512 with 64 RoPE values) is checked."""
     if model_type == "deepseek_v41":
         raise InvalidArgumentError(
-            f"model {where}: model_type 'deepseek_v41' (DeepSeek-V4.1, vLLM 0.33.0's DeepseekV41Config) is not "
+            f"model {where}: model_type 'deepseek_v41' (DeepSeek-V4.1, vLLM 0.33.0's and 0.34.0's DeepseekV41Config) is not "
             "modelled: only DeepSeek-V4 ('deepseek_v4') is; V4.1's shared KV source layers and Engram are not"
         )
     if model_type != "deepseek_v4":
         # (SGLang's copies of DeepSeek-V4 name it 'deepseek_ref': no config class of that name in vLLM 0.33.0,
         # transformers_utils/config.py's _CONFIG_REGISTRY)
         unregistered = (
-            "; vLLM 0.33.0 registers no config class named 'deepseek_ref'"
+            "; vLLM 0.33.0 and 0.34.0 register no config class named 'deepseek_ref'"
             if model_type == "deepseek_ref"
             else ""
         )
@@ -96,7 +96,7 @@ def minimax_m3_layers(cfg: dict[str, Any], model_type: str, num_layers: int, whe
         if cfg.get(key):
             raise InvalidArgumentError(
                 f"model {where}: field {key!r} (model_type {model_type!r}) names layer kinds vLLM 0.33.0's "
-                "MiniMax-M3 does not read (every layer is full or block-sparse attention): not modelled"
+                "and 0.34.0's MiniMax-M3 do not read (every layer is full or block-sparse attention): not modelled"
             )
     sparse = minimax_m3_sparse(cfg, num_layers, where)
     if not any(sparse.layers):

@@ -84,16 +84,16 @@ def mla_default_block_size(model: Any, arch: str, kv_dtype: str, default: int = 
     fp8 = kv_dtype.startswith("fp8")
     if kv_dtype == "fp8_e5m2":
         raise InvalidArgumentError(
-            f"model {model.name} on {arch}: kv_cache_dtype fp8_e5m2 on an MLA model: vLLM 0.33.0's FlashInfer "
-            "and FlashMLA backends do not take it, and which later backend it picks is not modelled; give "
+            f"model {model.name} on {arch}: kv_cache_dtype fp8_e5m2 on an MLA model: vLLM 0.33.0's and 0.34.0's "
+            "FlashInfer and FlashMLA backends do not take it, and which later backend it picks is not modelled; give "
             "block_size (or fp8)"
         )
     if arch.startswith("sm_10"):
         nope = model.qk_nope_head_dim or 1  # (vLLM's getattr default)
         if nope not in (64, 128, 192):
             raise InvalidArgumentError(
-                f"model {model.name} on {arch}: qk_nope_head_dim {nope} is not one vLLM 0.33.0's FlashInfer "
-                "MLA backend takes (64, 128, 192), and which later backend it picks is not modelled; give "
+                f"model {model.name} on {arch}: qk_nope_head_dim {nope} is not one vLLM 0.33.0's and 0.34.0's "
+                "FlashInfer MLA backend takes (64, 128, 192), and which later backend it picks is not modelled; give "
                 "block_size"
             )
         return preferred_block_size(default, (32, 64))  # FlashInfer MLA
@@ -137,8 +137,8 @@ def _check_fa4_fp8_blocks(
         if (layers[i].head_dim or model.head_dim) == FA4_FP8_HEAD and bs % FA4_FP8_BLOCK:
             raise InvalidArgumentError(
                 f"model {model.name} on {gpu_arch}: its {FA4_FP8_HEAD}-wide layers (layer {i}) would take blocks "
-                f"of {bs} tokens, not a multiple of {FA4_FP8_BLOCK}: vLLM 0.33.0 serves them with "
-                f"FlashAttention 4, which reads an fp8 cache in {FA4_FP8_BLOCK}-token pages only on compute "
+                f"of {bs} tokens, not a multiple of {FA4_FP8_BLOCK}: vLLM 0.33.0 and 0.34.0 serve them "
+                f"with FlashAttention 4, which reads an fp8 cache in {FA4_FP8_BLOCK}-token pages only on compute "
                 "capability 9.x (flash_attn.py, _get_sm90_fa4_fp8_kv_block_size): no kernel block fits; leave "
                 "block_size unset or give one that makes them a multiple of 64"
             )

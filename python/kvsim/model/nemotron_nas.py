@@ -99,7 +99,7 @@ def nas_blocks(
             act = ffn.get("hidden_act", cfg.get("hidden_act", "silu"))
             if act not in (None, "silu"):
                 raise InvalidArgumentError(
-                    f"model {at}: hidden_act {act!r}: vLLM 0.33.0's LlamaMLP takes silu only"
+                    f"model {at}: hidden_act {act!r}: vLLM 0.33.0's and 0.34.0's LlamaMLP take silu only"
                 )
             if "ffn_mult" in ffn:
                 mult = ffn["ffn_mult"]
@@ -122,7 +122,7 @@ def nas_blocks(
         blocks.append(NasBlock(kv, width))
     if not any(b.kv_heads for b in blocks):
         raise InvalidArgumentError(
-            f"model {where}: every block's attention is a no-op: vLLM 0.33.0 finds no KV heads for it "
+            f"model {where}: every block's attention is a no-op: vLLM 0.33.0 and 0.34.0 find no KV heads for it "
             "(NemotronNasModelArchConfigConvertor), and kvsim models the KV cache only"
         )
     return blocks
@@ -134,7 +134,7 @@ def _refuse_linear(part: Mapping[str, Any], at: str, what: str, builds: str) -> 
     if _flag(part, "replace_with_linear", at):
         raise InvalidArgumentError(
             f"model {at}: {what} replaced with a linear layer ('replace_with_linear') is not built by vLLM "
-            f"0.33.0's nemotron_nas.py (it builds {builds}), so kvsim does not model it"
+            f"0.33.0's or 0.34.0's nemotron_nas.py (each builds {builds}), so kvsim does not model it"
         )
 
 

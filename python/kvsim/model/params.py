@@ -121,7 +121,8 @@ def _minimax_m3_moe_layers(cfg: Mapping[str, Any], layers: int, where: str) -> N
     if not isinstance(freq, list) or len(freq) != layers or not all(isinstance(f, int) for f in freq):
         raise InvalidArgumentError(
             f"model {where}: field 'moe_layer_freq' {freq!r} must list the {layers} layers, each 0 (a dense MLP) "
-            "or 1 (MoE): vLLM 0.33.0's MiniMax-M3 reads it by layer (`_is_moe_layer`)"
+            "or 1 (MoE): vLLM 0.33.0's MiniMax-M3 reads it by layer (`_is_moe_layer`), 0.34.0's as transformers' "
+            "'mlp_layer_types' (any entry not 0 a MoE layer)"
         )
 
 
@@ -489,7 +490,7 @@ def fused_parts_refusal(b: Breakdown, ignored: tuple[str, ...] | list[str]) -> s
                     rest = [part for part, n in zip(m.parts, named, strict=True) if not n]
                     return (
                         f"the ignore list names {', '.join(some)} of layer {i} but not {', '.join(rest)}: vLLM "
-                        f"0.33.0 fuses them into one module ({m.fused or m.module}) and refuses shards quantized "
+                        f"0.33.0 and 0.34.0 fuse them into one module ({m.fused or m.module}) and refuse shards quantized "
                         'unlike ("Found different quantization schemes for the shards", is_layer_skipped\'s '
                         '"Detected some but not all shards")'
                     )

@@ -87,7 +87,7 @@ def kimi_k3(
     v_dim = pick("v_head_dim", least=1)
     if not cfg.get("mla_use_nope", False):
         raise InvalidArgumentError(
-            f"model {where}: Kimi-K3 without 'mla_use_nope': vLLM 0.33.0's KimiDecoderLayer asserts NoPE MLA"
+            f"model {where}: Kimi-K3 without 'mla_use_nope': vLLM 0.33.0's and 0.34.0's KimiDecoderLayer asserts NoPE MLA"
         )
     if not cfg.get("mla_use_output_gate", False):
         raise InvalidArgumentError(

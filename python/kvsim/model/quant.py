@@ -498,8 +498,8 @@ def from_config(qc: Any, where: str, b: Breakdown | None = None) -> Quantization
     if method is None:
         raise InvalidArgumentError(
             f"{where}: quantization_config has no quant_method, nor ModelOpt's producer with a "
-            "'quantization.quant_algo' (an hf_quant_config.json's): vLLM 0.33.0 finds no quantization method in "
-            "it (`_normalize_quantization_config`), so kvsim cannot say how its weights load"
+            "'quantization.quant_algo' (an hf_quant_config.json's): vLLM 0.33.0 and 0.34.0 find no quantization method "
+            "in it (`_normalize_quantization_config`), so kvsim cannot say how its weights load"
         )
     if parser is None:
         raise InvalidArgumentError(
@@ -649,7 +649,7 @@ def deepseek_v4(checkpoint: Quantization, cfg: Mapping[str, Any], where: str) ->
     moe_algo = qc.get("moe_quant_algo")
     if moe_algo is not None and (not isinstance(moe_algo, str) or moe_algo.upper() not in ("", "NVFP4")):
         raise InvalidArgumentError(
-            f"{where}: quantization_config.moe_quant_algo {moe_algo!r} is not modelled (vLLM 0.33.0 reads "
+            f"{where}: quantization_config.moe_quant_algo {moe_algo!r} is not modelled (vLLM 0.33.0 and 0.34.0 read "
             "'NVFP4' there, DeepSeek-V4's NVFP4 experts, and builds MXFP4 experts for anything else)"
         )
     formats = dict(checkpoint.formats)

@@ -207,7 +207,7 @@ class MixedPrecision:
             if len(found) > 1:
                 raise InvalidArgumentError(
                     f"{self.where}: modelopt quantized_layers give the shards of {name} ({', '.join(shards)}) "
-                    f'different algorithms {sorted(found)}: vLLM 0.33.0 refuses it ("Mixed quant_algo within '
+                    f'different algorithms {sorted(found)}: vLLM 0.33.0 and 0.34.0 refuse it ("Mixed quant_algo within '
                     f'fused layer {name}: ... All shards must use the same quantization.")'
                 )
             if found:
@@ -263,7 +263,7 @@ class MixedPrecision:
             )
         layer = "fused-MoE" if experts else "linear"
         raise InvalidArgumentError(
-            f"{what}: vLLM 0.33.0's ModelOptMixedPrecisionConfig.get_quant_method builds no quantized {layer} "
+            f"{what}: vLLM 0.33.0's and 0.34.0's ModelOptMixedPrecisionConfig.get_quant_method build no quantized {layer} "
             "layer of it (it would build the layer unquantized, which the checkpoint's quantized tensors do not "
             "fit): not modelled by kvsim"
         )

@@ -57,21 +57,21 @@ def _checked(params: dict[str, Any], where: str) -> dict[str, Any]:
     for key in ("rope_type", "type"):
         if out.get(key) == "":  # (no name: not the default, which hf_config's context would not scale)
             raise InvalidArgumentError(
-                f"model {where!r}: field {key!r} is empty; name a rope type (vLLM 0.33.0's get_rope builds "
-                "none without a name; 'default' for unscaled RoPE)"
+                f"model {where!r}: field {key!r} is empty; name a rope type (vLLM 0.33.0's and 0.34.0's get_rope "
+                "build none without a name; 'default' for unscaled RoPE)"
             )
     kind = out.get("rope_type") or out.get("type") or "default"
     if not isinstance(kind, str):
         raise InvalidArgumentError(f"model {where!r}: field 'rope_type' {kind!r} must be a name")
     if kind not in KNOWN_ROPE_TYPES:
         raise InvalidArgumentError(
-            f'model {where!r}: rope_type {kind!r} is not one vLLM 0.33.0 builds (its get_rope raises "Unknown '
-            f'RoPE scaling type"; it builds {", ".join(sorted(KNOWN_ROPE_TYPES))})'
+            f'model {where!r}: rope_type {kind!r} is not one vLLM 0.33.0 or 0.34.0 builds (their get_rope raises "Unknown '
+            f'RoPE scaling type"; they build {", ".join(sorted(KNOWN_ROPE_TYPES))})'
         )
     if kind == "dynamic" and "alpha" not in out and "factor" not in out:
         raise InvalidArgumentError(
-            f"model {where!r}: rope_type 'dynamic' needs a 'factor' or an 'alpha' (vLLM 0.33.0's get_rope: \"Dynamic "
-            "rope scaling must contain either 'alpha' or 'factor' field\")"
+            f"model {where!r}: rope_type 'dynamic' needs a 'factor' or an 'alpha' (vLLM 0.33.0's and 0.34.0's "
+            "get_rope: \"Dynamic rope scaling must contain either 'alpha' or 'factor' field\")"
         )
     out["rope_type"] = kind
     factor = out.get("factor")

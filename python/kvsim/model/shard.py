@@ -60,7 +60,7 @@ def _check_state_heads(m: Model, tp: int) -> None:
                 # rank's share of the projections (`prepare_gdn_attention_core_inputs`,
                 # `rearrange_mixed_qkv`).
                 vllm = (
-                    f"vLLM 0.33.0 does not check it but gives each GPU {n} // {tp} = {n // tp} key heads "
+                    f"vLLM 0.33.0 and 0.34.0 do not check it but give each GPU {n} // {tp} = {n // tp} key heads "
                     "(QwenGatedDeltaNetAttention), which its share of the projections does not fill: its "
                     "forward's reshapes fail or mix tokens"
                 )
@@ -96,10 +96,10 @@ def _check_output_groups(m: Model, tp: int) -> None:
             "groups: its grouped output projection's shapes do not match"
         )
     else:
-        failure = "then divides its heads by them (n_local_heads // n_local_groups): it cannot run"
+        failure = "then divide its heads by them (n_local_heads // n_local_groups): it cannot run"
     raise UnsplittableModelError(
         f"tensor_parallel_size {tp} does not divide {m.name}'s o_groups {groups} (its attention's output "
-        f"groups): vLLM 0.33.0 does not check it but gives each GPU {groups} // {tp} = {share} output groups "
+        f"groups): vLLM 0.33.0 and 0.34.0 do not check it but give each GPU {groups} // {tp} = {share} output groups "
         f"(DeepseekV4Attention), {failure}"
     )
 

@@ -41,8 +41,8 @@ def livelock_error(t: int) -> InvalidArgumentError:
     """The error a livelocked run stops with (both engines' words)."""
     return InvalidArgumentError(
         f"the run livelocks at {t} ps: requests preempt one another and none samples a token (the engine met "
-        f"the same state at {REPEATS} preemptions, a load landing between each); vLLM 0.33.0's scheduler would "
-        "loop here forever (a load is admitted with blocks reserved only for the prompts still prefilling, "
+        f"the same state at {REPEATS} preemptions, a load landing between each); vLLM 0.33.0's and 0.34.0's "
+        "scheduler would loop here forever (a load is admitted with blocks reserved only for the prompts still prefilling, "
         "none for a decoding request's next block or a sliding window's, and a held load is not preempted: "
         "DESIGN.md §CPU tier)"
     )

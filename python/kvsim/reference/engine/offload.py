@@ -767,8 +767,8 @@ class Offload(HybridTier, State):
                 raise InvalidArgumentError(
                     f"the run deadlocks at {self.t} ps: {fmt_count(len(self.held), 'request')} "
                     f"{'holds' if len(self.held) == 1 else 'hold'} blocks for loads that landed and "
-                    "cannot allocate what their prompts still need, and nothing runs; vLLM 0.33.0's scheduler would "
-                    "wait here forever (its reservation for requests still prefilling counts no block a sliding "
+                    "cannot allocate what their prompts still need, and nothing runs; vLLM 0.33.0's and 0.34.0's "
+                    "scheduler would wait here forever (its reservation for requests still prefilling counts no block a sliding "
                     "window needs: DESIGN.md §CPU tier)"
                 )
             raise InternalError(f"no progress at time {self.t} ps")

@@ -95,7 +95,7 @@ fn check(
         .is_some_and(crate::kv_groups::Groups::has_mamba);
     if states && cfgs[0].enable_prefix_caching && prefill_cfg.block_size != cfgs[0].block_size {
         invalid_arg!(
-            "prefill_config's block size {} differs from the decode replicas' {} for Mamba (state) groups with prefix caching: vLLM 0.33.0's NIXL connector refuses it (give both pools one block size)",
+            "prefill_config's block size {} differs from the decode replicas' {} for Mamba (state) groups with prefix caching: vLLM 0.33.0's and 0.34.0's NIXL connector refuses it (give both pools one block size)",
             prefill_cfg.block_size,
             cfgs[0].block_size
         );

@@ -115,7 +115,7 @@ impl Engine<'_> {
         ]);
         if tier.watch.note((self.sampled, self.num_rejected), state) {
             self.stop_after_step(format!(
-                "the run livelocks at {} ps: requests preempt one another and none samples a token (the engine met the same state at {} preemptions, a load landing between each); vLLM 0.33.0's scheduler would loop here forever (a load is admitted with blocks reserved only for the prompts still prefilling, none for a decoding request's next block or a sliding window's, and a held load is not preempted: DESIGN.md §CPU tier)",
+                "the run livelocks at {} ps: requests preempt one another and none samples a token (the engine met the same state at {} preemptions, a load landing between each); vLLM 0.33.0's and 0.34.0's scheduler would loop here forever (a load is admitted with blocks reserved only for the prompts still prefilling, none for a decoding request's next block or a sliding window's, and a held load is not preempted: DESIGN.md §CPU tier)",
                 self.t,
                 REPEATS
             ));

@@ -213,7 +213,7 @@ impl Engine<'_> {
         let held = self.tier_ref().held.len();
         if held > 0 {
             return crate::KvError::InvalidArgument(format!(
-                "the run deadlocks at {} ps: {held} {} blocks for loads that landed and cannot allocate what their prompts still need, and nothing runs; vLLM 0.33.0's scheduler would wait here forever (its reservation for requests still prefilling counts no block a sliding window needs: DESIGN.md §CPU tier)",
+                "the run deadlocks at {} ps: {held} {} blocks for loads that landed and cannot allocate what their prompts still need, and nothing runs; vLLM 0.33.0's and 0.34.0's scheduler would wait here forever (its reservation for requests still prefilling counts no block a sliding window needs: DESIGN.md §CPU tier)",
                 self.t,
                 if held == 1 {
                     "request holds"
