@@ -9,10 +9,9 @@ import polars as pl
 import pytest
 
 from kvsim.cli import main
+from tests.cli_run_common import PLAN, SWEEP
 
 LLAMA = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
-PLAN = ["plan", "--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--requests", "5"]
-SWEEP = ["sweep", "--requests", "5", "--no-progress", "--workers", "1", "--no-resume"]
 SWEEP_LLAMA = ["--base", "model=llama-3.1-8b", "--base", "gpu=h100-80gb", "--base", "enforce_eager=true"]
 NO_GRAPHS = "does nothing here: it picks the CUDA graphs kvsim's estimate counts, and "
 NO_SHARDQ = "does nothing here: vLLM 0.34.0 keeps ShardQ's buffers only for DeepSeek-V3.2 and GLM-5"

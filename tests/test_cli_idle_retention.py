@@ -10,13 +10,11 @@ import pytest
 
 from kvsim.cli import main
 
-from .cli_run_common import _error, _json
+from .cli_run_common import PLAN, SWEEP, _error, _json
 
 GEMMA = ["--model", "gemma-3-12b", "--gpu", "h100-80gb", "--max-model-len", "32768"]
 LLAMA = ["--model", "llama-3-8b", "--gpu", "h100-80gb"]
 SHARED = "synthetic:num_system_prompts=2,system_prompt_len=3000,sharing_ratio=1"
-PLAN = ["plan", "--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--requests", "5"]
-SWEEP = ["sweep", "--requests", "5", "--no-progress", "--workers", "1", "--no-resume"]
 
 
 @pytest.mark.parametrize(
