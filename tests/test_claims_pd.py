@@ -264,3 +264,20 @@ def test_the_fleets_are_every_fleet_up_to_the_cap():
     assert len(set(claims_pd.FLEETS)) == len(claims_pd.FLEETS) == n + n * (n - 1) // 2
     assert max(p + d for p, d in claims_pd.FLEETS) == n
     assert {(0, d) for d in range(1, n + 1)} <= set(claims_pd.FLEETS)
+
+
+def test_the_claims_say_which_sizing_each_family_takes():
+    """vLLM 0.34.0 sizes an aggregated replica's KV cache from measured memory (the extensible KV cache, an
+    unset utilization 1.0) and leaves it off for a split's NIXL connector without an IMEX channel (profiled,
+    0.92): the claims' text says so, with the blocks the configs the experiment builds hold (fewer for the
+    split's replicas)."""
+    import kvsim
+
+    agg = kvsim.SimConfig(model=claims_pd.MODEL, gpu=claims_pd.GPU)
+    split = agg.replace(replicas=2, prefill_replicas=1)
+    assert (agg.kv_cache_sizing, split.kv_cache_sizing) == ("measured", "profiled")
+    assert split.num_blocks < agg.num_blocks
+    e = pd_experiments()[0]
+    for c in pd_claims({e.name: PdResults(e, pl.DataFrame(), "not run")}):
+        assert f"aggregated measured ({agg.num_blocks:,} blocks, gpu_memory_utilization 1)" in c.claim
+        assert f"split profiled ({split.num_blocks:,} blocks, 0.92: NIXL without an IMEX channel" in c.claim

@@ -331,25 +331,51 @@ def test_weights_that_load_but_leave_no_kv_memory_get_vllm_s_refusal():
     msg = str(info.value)
     assert "No available memory for the cache blocks" in msg
     assert "61.1 GiB of weights" in msg
+    # (measured sizing, the default: vLLM 0.34.0's hint with the extensible KV cache on, naming the share)
+    assert (
+        "within `gpu_memory_utilization`=0.77; increase it (with the extensible KV cache it defaults" in msg
+    )
+    assert "Try increasing" not in msg
+    with pytest.raises(InvalidArgumentError, match="Try increasing `gpu_memory_utilization`; or raise"):
+        SimConfig.preset("vllm-0.33", model=path, gpu="h100-80gb", gpu_memory_utilization=0.77)
     assert SimConfig(model=path, gpu="h100-80gb").num_blocks > 1000
 
 
 def test_a_context_over_the_pool_gets_vllm_s_refusal_and_estimate():
-    """Llama-3.1-8B's 131,072-token context needs 16 GiB of KV; an L4 leaves about 5: vLLM 0.33.0 refuses to
-    start and names the longest context that fits, which kvsim's --max-model-len then accepts (the profiled
-    pool, `vllm-0.33`: under 0.34.0's measured sizing the check reads the reservation, and the measured
-    blocks may hold less)."""
+    """Llama-3.1-8B's 131,072-token context needs 16 GiB of KV; an L4 leaves about 6 (the reservation of
+    vLLM 0.34.0's measured sizing): vLLM refuses to start and names the longest context that fits, which
+    it checks again on the blocks measured after warmup (fewer: the CUDA graphs and the margin are taken
+    then), refusing it with the longest context those hold, which kvsim's --max-model-len then accepts at a
+    concurrency of at least 1 (`tests/test_measured_sizing.py` works the figures by hand). The profiled pool
+    (`vllm-0.33`) has the one check, whose estimate starts."""
     path = str(Path(__file__).parent / "data" / "hf" / "llama-3.1-8b.json")
+
+    def estimate(msg: str) -> int:
+        return int(msg.split("the estimated maximum model length is ")[1].split(".")[0])
+
     with pytest.raises(InvalidArgumentError) as info:
-        SimConfig.preset("vllm-0.33", model=path, gpu="l4")
+        SimConfig(model=path, gpu="l4")
     msg = str(info.value)
     assert "To serve at least one request with the model's max seq len (131072), (16.0 GiB KV cache" in msg
-    fits = int(msg.split("the estimated maximum model length is ")[1].split(".")[0])
-    assert 8192 < fits < 131072
-    cfg = SimConfig.preset("vllm-0.33", model=path, gpu="l4", max_model_len=fits)
+    first = estimate(msg)
+    assert 8192 < first < 131072
+    with pytest.raises(InvalidArgumentError, match="in the blocks measured after warmup") as info:
+        SimConfig(model=path, gpu="l4", max_model_len=first)
+    fits = estimate(str(info.value))
+    assert 8192 < fits < first
+    cfg = SimConfig(model=path, gpu="l4", max_model_len=fits)
     assert cfg.pool.figures.max_concurrency >= 1
     with pytest.raises(InvalidArgumentError, match="max seq len"):
-        SimConfig.preset("vllm-0.33", model=path, gpu="l4", max_model_len=fits + 16)
+        SimConfig(model=path, gpu="l4", max_model_len=fits + cfg.pool.layout.block_size)
+    with pytest.raises(InvalidArgumentError) as info:
+        SimConfig.preset("vllm-0.33", model=path, gpu="l4")
+    old = estimate(str(info.value))
+    assert (
+        SimConfig.preset("vllm-0.33", model=path, gpu="l4", max_model_len=old).pool.figures.max_concurrency
+        >= 1
+    )
+    with pytest.raises(InvalidArgumentError, match="max seq len"):
+        SimConfig.preset("vllm-0.33", model=path, gpu="l4", max_model_len=old + 16)
 
 
 def test_tensor_parallel_must_divide_the_heads():

@@ -318,3 +318,100 @@ def test_measured_sizings_refusals_spell_the_flags_on_the_cli(capsys, extra, whi
     assert info.value.which == which
     again = pickle.loads(pickle.dumps(info.value))  # (a sweep's worker sends it back whole)
     assert (str(again), again.which) == (str(info.value), which)
+
+
+def test_the_one_request_check_reads_the_measured_blocks_after_warmup_llama_3_1_8b_on_an_l4_by_hand(capsys):
+    """vLLM 0.34.0 checks one request of `max_model_len` twice under the extensible KV cache: on the
+    reservation in `get_kv_cache_configs` (its memory less one block) and on the measured blocks after warmup
+    in `shrink_kv_cache_configs` (`(n − 1)` blocks: the null block held back), raising either time.
+    Llama-3.1-8B on an L4 (T = 22.05 GiB) at the defaults (blocks of 64 × 131,072 B = 8 MiB = B): the
+    reservation C = T − W − A − N holds floor((C − B) / B) = 810 blocks beside the null block, 51,840 tokens,
+    the estimate of the first refusal (131,072 asked); the activation peak A (0.47 GiB) keeps the 1 GiB
+    margin floor, so the measured bytes are T − (W + N + G) − 1 GiB − A, n = 600 blocks, and 51,840 tokens
+    (810 blocks) are refused after warmup with the estimate (n − 1) × 64 = 38,336, which starts: its
+    "Maximum concurrency" is n over the request's 599 blocks, 1.00x (kvsim logged 0.74x at 51,840 before)."""
+    from kvsim.cli import main
+
+    t = gpus.get("l4").memory_bytes
+    ok = SimConfig(model="llama-3.1-8b", gpu="l4", max_model_len=8192)
+    p = ok.pool
+    assert p.measured is not None
+    w, n_, g, a = p.weight_bytes, p.non_torch_bytes, p.cudagraph_bytes, p.activation_reserve_bytes
+    b = 64 * 131_072
+    assert p.layout.bytes_per_block == b
+    assert 0.75 * a < GIB  # the margin is its floor
+    c = t - w - a - n_
+    assert p.figures.available_kv_bytes == c
+    assert (c - b) // b == 810
+    n = (t - (w + n_ + g) - GIB - a) // b
+    assert n == 600 == ok.num_blocks
+    with pytest.raises(InvalidArgumentError) as before:
+        SimConfig(model="llama-3.1-8b", gpu="l4")
+    msg = str(before.value)
+    assert msg.startswith("gpu_memory_utilization: model llama-3.1-8b does not fit one request: To serve")
+    assert "the estimated maximum model length is 51840." in msg
+    # (vLLM 0.34.0's hint with the extensible KV cache on at 1.0: no utilization to raise)
+    assert (
+        "The extensible KV cache already takes all device memory left after the model and its activations;"
+        in msg
+    )
+    assert "Try increasing `gpu_memory_utilization`" not in msg
+    with pytest.raises(InvalidArgumentError) as after:
+        SimConfig(model="llama-3.1-8b", gpu="l4", max_model_len=51840)
+    msg = str(after.value)
+    assert "does not fit one request in the blocks measured after warmup" in msg
+    assert f"({810 * b / GIB:.2f} GiB KV cache is needed" in msg
+    assert f"available KV cache memory ({599 * b / GIB:.2f} GiB)" in msg
+    assert "the estimated maximum model length is 38336." in msg
+    assert "left after the model, its activations, CUDA graphs and warmup" in msg
+    assert "(600 − 1) × 8.0 MiB" in msg
+    fits = SimConfig(model="llama-3.1-8b", gpu="l4", max_model_len=38336)
+    f = fits.pool.figures
+    assert (fits.num_blocks, f.max_concurrency) == (600, 600 / 599)
+    assert f"Maximum concurrency for 38,336 tokens per request: {600 / 599:.2f}x" in "\n".join(f.lines())
+    with pytest.raises(InvalidArgumentError, match="measured after warmup"):
+        SimConfig(model="llama-3.1-8b", gpu="l4", max_model_len=38337)
+    # the profiled pool (vLLM 0.33.0's rule, 0.92) has no second check: its one check is its blocks'
+    old = SimConfig.preset("vllm-0.33", model="llama-3.1-8b", gpu="l4", max_model_len=32128)
+    assert old.pool.figures.max_concurrency >= 1
+    # kvsim run: one line, exit 2, no run
+    assert (
+        main(["run", "--model", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "51840", "--requests", "5"])
+        == 2
+    )
+    out = capsys.readouterr()
+    (line,) = out.err.strip().splitlines()
+    assert line.startswith(
+        "kvsim run: error: gpu_memory_utilization: model llama-3.1-8b does not fit one request in"
+    )
+    assert "Maximum concurrency" not in out.out
+
+
+def test_a_utilization_given_is_named_in_the_hint_and_no_block_after_warmup_is_vllms_no_memory():
+    """At a given share u the reservation is floor(u T) − W − A − N while the measured bytes are ceil(u T) −
+    (W + N + G) − A (the requested share binds): G, the CUDA graphs (663 MiB on an L4), apart. A share whose
+    reservation holds 300 MiB passes the first check for a 1,024-token request (16 blocks and the null block,
+    136 MiB) but leaves no block after warmup: vLLM's "No available memory for the cache blocks", with its
+    hint naming the share; a share whose reservation holds one request of 16,384 tokens but whose measured
+    blocks do not is refused after warmup, the hint naming it too."""
+    ok = SimConfig(model="llama-3.1-8b", gpu="l4", max_model_len=1024).pool
+    t = gpus.get("l4").memory_bytes
+    w, n_, g, a = ok.weight_bytes, ok.non_torch_bytes, ok.cudagraph_bytes, ok.activation_reserve_bytes
+    assert g > 300 * 2**20
+    u = round((w + a + n_ + 300 * 2**20) / t, 4)
+    with pytest.raises(InvalidArgumentError) as info:
+        SimConfig(model="llama-3.1-8b", gpu="l4", max_model_len=1024, gpu_memory_utilization=u)
+    msg = str(info.value)
+    assert "leaves no KV cache block after warmup: No available memory for the cache blocks." in msg
+    assert (
+        f"within `gpu_memory_utilization`={u}; increase it (with the extensible KV cache it defaults to 1.0)"
+        in msg
+    )
+    # a reservation of 2.3 GiB holds the 256 blocks of 16,384 tokens and the null block; 663 MiB fewer do not
+    u = round((w + a + n_ + 2 * GIB + 300 * 2**20) / t, 4)
+    with pytest.raises(InvalidArgumentError) as info:
+        SimConfig(model="llama-3.1-8b", gpu="l4", max_model_len=16384, gpu_memory_utilization=u)
+    msg = str(info.value)
+    assert "in the blocks measured after warmup" in msg
+    assert f"`gpu_memory_utilization`={u}; increase it" in msg
+    assert "CUDA graphs take less with fewer or smaller capture sizes" in msg

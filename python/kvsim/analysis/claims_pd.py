@@ -298,8 +298,27 @@ def _fleet(best: tuple[tuple[int, int], float] | None) -> str:
     return f"{name} {per_gpu:.3g} req/s/GPU"
 
 
+def pool_sizings() -> str:
+    """Which sizing each family's pools take, as vLLM 0.34.0 settles an unset `enable_extensible_kv_cache`
+    (`VllmConfig._resolve_extensible_kv_cache`, `vllm/config/vllm.py`; `kvsim.model.measured.unset_sizing`):
+    an aggregated replica from measured memory, a split's replicas (NIXL's connector, which exports the cache
+    as FABRIC handles: `KVCacheAccess.EXPORTS_FABRIC`) from profiled memory, the extensible cache left off
+    without an IMEX channel, which kvsim assumes. Read off the configs the experiment builds."""
+    import kvsim
+
+    agg = kvsim.SimConfig(model=MODEL, gpu=GPU)
+    split = agg.replace(replicas=2, prefill_replicas=1)
+    return (
+        f"pools as vLLM 0.34.0 sizes them: aggregated {agg.kv_cache_sizing} ({agg.num_blocks:,} blocks, "
+        f"gpu_memory_utilization {agg.gpu_memory_utilization:g}), split {split.kv_cache_sizing} "
+        f"({split.num_blocks:,} blocks, {split.gpu_memory_utilization:g}: NIXL without an IMEX channel keeps "
+        "the extensible KV cache off)"
+    )
+
+
 def pd_claims(results: Mapping[str, Results], scale: float = 1.0) -> list[Claim]:
     out: list[Claim] = []
+    sizings = pool_sizings()
     for e in pd_experiments():
         res = results.get(e.name)
         cmd = e.command(scale)
@@ -309,7 +328,7 @@ def pd_claims(results: Mapping[str, Results], scale: float = 1.0) -> list[Claim]
             scope = (
                 f" (fleets of at most {MAX_GPUS} GPUs searched: aggregated 1-{MAX_GPUS} replicas, every "
                 f"split P:D with P + D <= {MAX_GPUS}; one seed, the {'trace' if 'mooncake' in w else 'workload'}'s "
-                f"first {e.counts[w]:,} requests)"
+                f"first {e.counts[w]:,} requests; {sizings})"
             )
             for kind in ("tight", "loose"):
                 cid = f"D-pd-{w.split('-')[0]}-{kind}"
@@ -446,6 +465,7 @@ __all__ = [
     "level_goodput",
     "pd_claims",
     "pd_experiments",
+    "pool_sizings",
     "read_pd",
     "run_pd",
 ]

@@ -61,6 +61,8 @@ from kvsim.model.shard import resolve, shard
 from kvsim.model.sizing_checks import (
     check_kv_cache_bytes_fit,
     check_one_request,
+    extensible_hint,
+    measured_refusal,
     one_request_refusal,
     past_the_gpu,
 )
@@ -385,11 +387,18 @@ def size_pool(
         weight_bytes=gpu_weights,
         expert_parallel=expert_parallel,
         data_parallel_size=data_parallel_size,
+        extensible=kv_cache_sizing == "measured" and not nonkv.measured,
     )
-    check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization")
+    # (measured: vLLM 0.34.0 checks the reservation first, in `get_kv_cache_configs`, with the extensible
+    # cache's hint, and again the measured blocks after warmup, `shrink_kv_cache_configs`: `measured_refusal`)
+    extensible = gpu_memory_utilization if kv_cache_sizing == "measured" and not nonkv.measured else None
+    check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization", extensible=extensible)
     measured = None
-    if kv_cache_sizing == "measured" and not nonkv.measured:
+    if extensible is not None:
         measured = measure(g.memory_bytes, gpu_memory_utilization, m.loaded_bytes, nonkv, kv, layout, rocm)
+        refusal = measured_refusal(measured, m, layout, context, in_flight, gpu_memory_utilization)
+        if refusal is not None:
+            raise InvalidArgumentError(f"gpu_memory_utilization: {refusal}")
     # (the capacity, vLLM 0.34.0's reservation and its "Available KV cache memory", is the profiled `kv`)
     cut = kv if measured is None else measured.vllm_blocks * layout.bytes_per_block
     blocks = _blocks(cut, m, layout, "gpu_memory_utilization", null_block)
@@ -478,13 +487,15 @@ def available_kv_bytes(
     weight_bytes: int | None = None,
     expert_parallel: bool = False,
     data_parallel_size: int = 1,
+    extensible: bool = False,
 ) -> int:
     """Bytes left for the KV cache on one GPU: `floor(memory · utilization) − weights / tp − non-KV memory`
     (`activation_reserve_bytes`: activations, non-torch memory and CUDA graphs together; `breakdown`, the
     three, only words the error; `weight_bytes`, one GPU's weights where they are not the model's / tp;
     `expert_parallel`, vLLM's `--enable-expert-parallel`: the routed experts' width is not split, so not
     refused, nor padded; `data_parallel_size`: without it, the experts' width is split over tp x dp GPUs,
-    `kvsim.model.shard.shard`).
+    `kvsim.model.shard.shard`; `extensible`: the pool is sized from measured memory, vLLM 0.34.0's extensible
+    KV cache, whose refusal says its own hint, `kvsim.model.sizing_checks.extensible_hint`).
 
     Raises:
         InvalidArgumentError: a utilization outside (0, 1], a negative reserve, or a model whose weights
@@ -518,10 +529,15 @@ def available_kv_bytes(
                 "memory for weights, increasing --tensor-parallel-size, or using --quantization"
             )
         else:
+            # (measured: vLLM 0.34.0's hint with the extensible KV cache on, which names no higher share at 1.0)
+            hint = (
+                f"{extensible_hint(gpu_memory_utilization, after_warmup=False)} Or"
+                if extensible
+                else "Try increasing `gpu_memory_utilization`; or"
+            )
             vllm = (
                 f"vLLM: Available KV cache memory: {format_gib(left)} GiB; No available memory for the cache "
-                "blocks. Try increasing `gpu_memory_utilization`; or raise tensor_parallel_size (-tp) or use "
-                "--quantization"
+                f"blocks. {hint} raise tensor_parallel_size (-tp) or use --quantization"
             )
         beside = [
             f"{fmt_bytes(b)} {what}"
