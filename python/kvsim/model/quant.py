@@ -280,6 +280,7 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
         raise InvalidArgumentError(f"{where}: compressed-tensors config group has no weights scheme")
     fmt_name = _ct_format_name(scheme, qc)
     fmt = _ct_format(weights, fmt_name, where)
+    fmt = _ct_wna8o8(scheme, fmt_name, fmt, where) or fmt
     # vLLM 0.33.0's config reader (`_quantization_scheme_map_from_config`, compressed_tensors.py:360-369)
     # asserts float weights where the group's format quantizes activations and the group gives no
     # input_activations (W8A16 fp8 is the one such scheme it takes), for every model.
@@ -296,6 +297,48 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
         {g: fmt for g in LINEAR_GROUPS},
         tuple(ignored),
     )
+
+
+def _ct_wna8o8(scheme: dict[str, Any], fmt_name: str, fmt: Format, where: str) -> Format | None:
+    """The format of a config group vLLM builds as `CompressedTensorsWNA8O8Int` (`_is_wNa8o8_int`,
+    compressed_tensors.py, tried before WNA16; `schemes/compressed_tensors_wNa8o8.py`), else None: static
+    int weights per channel or group in format `pack-quantized` or `int-quantized`, with static per-tensor
+    int8 `input_activations` and `output_activations`, run as a weight-only matmul between fake-quantized
+    activations (the 16-bit rate). It registers a 16-bit scale per group (or row) and no zero point. An
+    `int-quantized` checkpoint stores each value in an int8, which vLLM 0.34.0 packs into that loaded
+    storage and keeps (`replace_parameter` never shrinks it), so each value holds a byte whatever its
+    bits (`Format.held_bits`); vLLM 0.33.0 registered a new packed parameter and freed the int8 one. kvsim
+    prices 0.34.0's bytes under every preset (its weights reader has no release: DESIGN.md §Presets).
+
+    Raises:
+        InvalidArgumentError: asymmetric weights, for which the scheme has no zero point.
+    """
+    inputs, outputs = scheme.get("input_activations"), scheme.get("output_activations")
+    if fmt.kind not in ("int", "fp8") or not isinstance(inputs, dict) or not isinstance(outputs, dict):
+        return None
+    w, a, o = _CtArgs.of(scheme["weights"]), _CtArgs.of(inputs), _CtArgs.of(outputs)
+
+    def static_int8(x: _CtArgs) -> bool:
+        return x.type == "int" and x.strategy == "tensor" and x.bits == 8 and not x.dynamic
+
+    if not (
+        fmt_name in ("pack-quantized", "int-quantized")
+        and w.type == "int"
+        and not w.dynamic
+        and w.strategy in ("channel", "group")
+        and static_int8(a)
+        and static_int8(o)
+    ):
+        return None
+    if w.symmetric is not True:
+        raise InvalidArgumentError(
+            f"{where}: compressed-tensors asymmetric {w.describe()} weights with static int8 input and output "
+            "activations: vLLM 0.33.0's and 0.34.0's CompressedTensorsWNA8O8Int registers no zero point for "
+            "them (compressed_tensors_wNa8o8.py): not modelled by kvsim"
+        )
+    held = 8 if fmt_name == "int-quantized" and w.bits < 8 else 0
+    group = fmt.group if fmt.kind == "int" else -1
+    return Format("int", w.bits, w.strategy, group=group, held_bits=held)
 
 
 def ct_scheme(qc: Any) -> dict[str, Any]:

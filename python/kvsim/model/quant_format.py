@@ -15,6 +15,7 @@ values plus the scales and zero points vLLM 0.33.0 allocates beside them
 | `int` (AWQ) | b bits | fp16 scale and b-bit zero point per group of inputs | `auto_awq.py` (`qweight`, `scales`, `qzeros`) |
 | `int` (GPTQ) | b bits | fp16 scale and b-bit zero point per group (no `g_idx`: 0.33.0 refuses act-order) | `auto_gptq.py` |
 | `int` (compressed-tensors) | b bits | a scale per group (or channel), zero points when asymmetric | `compressed_tensors_wNa16.py`, `..._w8a8_int8.py` |
+| `int` (compressed-tensors W4A8O8, `int-quantized`) | 1 byte (`held_bits`: vLLM 0.34.0 packs the int8-stored 4-bit values into the loaded storage, which it keeps) | a 16-bit scale per group (or channel) | `compressed_tensors_wNa8o8.py` |
 
 A `Quantization` gives each module group one format (`formats`), a module the ignore list names in a layer
 staying in the checkpoint's dtype there (`is_ignored`), or, for ModelOpt's MIXED_PRECISION, each module in
@@ -51,6 +52,10 @@ class Format:
     # weights only: the activations stay 16-bit (ModelOpt's W4A16_NVFP4, vLLM's Marlin kernels), so the
     # layer computes at the 16-bit rate (`kvsim.model.weights.weight_groups`); the bytes are the format's
     a16: bool = False
+    # int: the bits the GPU keeps per value where vLLM packs `bits`-bit values into a wider loaded storage
+    # that it does not free (0: `bits`): vLLM 0.34.0's compressed-tensors W4A8O8 from `int-quantized`
+    # int8 values (`kvsim.model.quant._ct_wna8o8`)
+    held_bits: int = 0
 
     def matrix_bytes(self, m: Matrix) -> int:
         """Bytes of `m` in this format, scales and zero points included."""
@@ -75,7 +80,8 @@ class Format:
             one = -(-rows * cols // 2) + _round_up(rows, 128) * _round_up(scale_cols, 4) + 8
         else:  # int
             groups = -(-cols // self.group) if self.group > 0 else 1
-            one = -(-rows * cols * self.bits // 8) + groups * rows * 2  # values + fp16 scales
+            held = self.held_bits or self.bits
+            one = -(-rows * cols * held // 8) + groups * rows * 2  # values + fp16 scales
             if self.zeros:
                 one += -(-groups * rows * self.bits // 8)
         return one * m.count
@@ -91,7 +97,8 @@ class Format:
             )
         if self.kind == "int":
             per = f"group {self.group}" if self.group > 0 else "per channel"
-            return f"int{self.bits} {per}"
+            held = f" in int{self.held_bits} storage" if self.held_bits else ""
+            return f"int{self.bits} {per}{held}"
         return f"{self.kind} w4a16" if self.a16 else self.kind
 
     @property

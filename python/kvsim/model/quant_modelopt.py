@@ -68,6 +68,33 @@ def kv_fp8(qc: dict[str, Any], inner: dict[str, Any], where: str) -> bool:
     return isinstance(kv, str) and kv.lower() == "fp8"
 
 
+# vLLM 0.34.0's CSF encodings of NVFP4 block scales (`CSF_SCALE_ENCODINGS`, quantization/utils/nvfp4_utils.py)
+CSF_SCALE_ENCODINGS = ("csf", "csf_32x2_v1")
+
+
+def scale_encoding_refusal(encoding: Any, where: str, field_name: str, algo: str) -> str:
+    """kvsim's refusal of a ModelOpt `weight_scale_encoding` (`field_name`, on an `algo` config or layer),
+    a field vLLM 0.34.0 reads and 0.33.0 does not. 0.34.0 (`ModelOptNvFp4Config`; per layer in
+    `ModelOptMixedPrecisionConfig.__init__`, for NVFP4 and W4A16_NVFP4 only) takes the CSF encodings: the
+    checkpoint stores each E4M3 block-scale matrix as several compressed streams, which the weights
+    mapper (`csf_weights_transform`) decodes on the CPU into the exact scales of an uncompressed
+    checkpoint, so the GPU holds what it holds for uncompressed NVFP4; it refuses any other value. 0.33.0
+    reads no such field and decodes no streams. The weights' reader does not know which
+    release a run follows (DESIGN.md §Presets), so it refuses the field rather than size either."""
+    said = f"{where}: modelopt {field_name} {encoding!r}"
+    if encoding not in CSF_SCALE_ENCODINGS or algo not in _NVFP4_FAMILY:
+        return (
+            f"{said}: vLLM 0.34.0 refuses it (it takes {' or '.join(map(repr, CSF_SCALE_ENCODINGS))} on NVFP4 "
+            f'weights only: "unsupported weight_scale_encoding"), and vLLM 0.33.0 does not read the field'
+        )
+    return (
+        f"{said} (CSF-compressed NVFP4 block scales): vLLM 0.34.0 decodes them at load into the scales an "
+        "uncompressed checkpoint holds (csf_weights_transform, nvfp4_utils.py); vLLM 0.33.0 reads no such "
+        "field and decodes no streams. Not modelled: kvsim's weights reader does not know which release a run "
+        "follows, so it sizes neither"
+    )
+
+
 def modelopt(qc: dict[str, Any], where: str) -> Quantization:
     """A ModelOpt `quantization_config` (config.json's, flat) or `hf_quant_config.json` (nested in
     `quantization`), its fields read where vLLM's `ModelOptQuantConfigBase.from_config` reads them."""
@@ -86,6 +113,13 @@ def modelopt(qc: dict[str, Any], where: str) -> Quantization:
             "modelopt", {g: Format("fp8", 8, "tensor") for g in LINEAR_GROUPS}, tuple(ignored), kv
         )
     if algo == "NVFP4":
+        encoding = qc.get("weight_scale_encoding")
+        if encoding is None:  # (vLLM reads the nested one only where the top one is absent or null)
+            encoding = inner.get("weight_scale_encoding")
+        if encoding is not None:
+            raise InvalidArgumentError(
+                scale_encoding_refusal(encoding, where, "weight_scale_encoding", "NVFP4")
+            )
         group = int_field(qc if "group_size" in qc else inner, where, "group_size", default=16)
         if group != 16:
             raise InvalidArgumentError(f"{where}: NVFP4 group_size {group}: vLLM's NVFP4 takes groups of 16")
@@ -124,6 +158,15 @@ def _mixed(qc: dict[str, Any], inner: dict[str, Any], where: str) -> MixedPrecis
                 "least 1"
             )
         algos[str(key)] = info["quant_algo"].upper()
+        if info.get("weight_scale_encoding") is not None:
+            raise InvalidArgumentError(
+                scale_encoding_refusal(
+                    info["weight_scale_encoding"],
+                    where,
+                    f"quantized_layers[{key!r}].weight_scale_encoding",
+                    algos[str(key)],
+                )
+            )
     group = inner.get("group_size")
     if group is None:
         group = next(
@@ -269,4 +312,4 @@ class MixedPrecision:
         )
 
 
-__all__ = ["PACKED", "MixedPrecision", "kv_fp8", "modelopt"]
+__all__ = ["CSF_SCALE_ENCODINGS", "PACKED", "MixedPrecision", "kv_fp8", "modelopt", "scale_encoding_refusal"]
