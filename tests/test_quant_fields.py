@@ -1,4 +1,5 @@
-"""Quantization fields kvsim read wrongly before vLLM 0.34.0 (DESIGN.md §Defaults and sizing, "Weights"):
+"""Three quantization fields kvsim read wrongly or ignored before vLLM 0.34.0 (DESIGN.md §Defaults and sizing,
+"Weights"): compressed-tensors' `transform_config` (online transforms refused by name, offline ones loaded),
 ModelOpt NVFP4 configs whose config groups quantize weights only (run as W4A16: the 16-bit rate), and
 compressed-tensors' W4A8 int8 scheme on the routed experts (vLLM's method for it is CPU-only: refused)."""
 
@@ -6,34 +7,118 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kvsim.cli import main
 from kvsim.errors import InvalidArgumentError
-from kvsim.model import gpus, models, quant
+from kvsim.model import gpus, hf_config, models, quant
 from kvsim.model.timing import roofline_time_model
 from kvsim.model.weights import weight_groups
-from tests.test_shard import _fits, _model, _preset
+from tests.test_shard import _fits, _model, _one_line, _preset
 
 HF = Path(__file__).parent / "data" / "hf"
 LLAMA = json.loads((HF / "llama-3.1-8b.json").read_text())
 
+# -- compressed-tensors' transform_config ---------------------------------------------------------------
 
 _INT4 = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 128}
 
 
-def _ct(weights: dict[str, Any] | None = None, inputs: Any = None) -> dict:
-    """A compressed-tensors config of one group: `weights` (default int4 in groups of 128), pack-quantized."""
+def _ct(transform_config: Any = None, weights: dict[str, Any] | None = None, inputs: Any = None) -> dict:
+    """A compressed-tensors W4A16 (int4 in groups of 128, pack-quantized) config, with `transform_config`."""
     group: dict[str, Any] = {"targets": ["Linear"], "weights": weights or _INT4}
     if inputs is not None:
         group["input_activations"] = inputs
-    return {
+    qc = {
         "quant_method": "compressed-tensors",
         "format": "pack-quantized",
         "config_groups": {"group_0": group},
     }
+    if transform_config is not None:
+        qc["transform_config"] = transform_config
+    return qc
+
+
+def _transforms(*applies: tuple[str, list[str]], kind: str = "hadamard", head_dim: int | None = None) -> dict:
+    """A `transform_config` of one scheme applied at each (location, targets)."""
+    scheme: dict[str, Any] = {
+        "type": kind,
+        "apply": [{"targets": targets, "location": loc} for loc, targets in applies],
+    }
+    if head_dim is not None:
+        scheme["head_dim"] = head_dim
+    return {"config_groups": {"u": scheme}}
+
+
+@pytest.mark.parametrize(
+    ("tc", "location", "kind"),
+    [
+        (_transforms(("input", ["re:.*down_proj"]), head_dim=128), "input", "hadamard"),
+        (_transforms(("output", ["Linear"]), kind="random-hadamard"), "output", "random-hadamard"),
+        (
+            _transforms(("weight_input", ["Linear"]), ("input", ["Linear"]), kind="random-matrix"),
+            "input",
+            "random-matrix",
+        ),
+        (_transforms(("q_attn", ["re:.*self_attn$"])), "q_attn", "hadamard"),
+    ],
+    ids=["hadamard-input", "random-hadamard-output", "offline-then-online", "q-attn"],
+)
+def test_an_online_transform_is_refused_by_name(tc, location, kind):
+    """vLLM 0.33.0 and 0.34.0 (`CompressedTensorsConfig.get_quant_method`) wrap each linear layer an online
+    transform targets in `CompressedTensorsLinearTransformMethod` (compressed_tensors/transform/linear.py),
+    which transforms the layer's activations at every step: kvsim's time model has no such term. kvsim read
+    past the field and priced the layers as plain W4A16."""
+    said = (
+        f"compressed-tensors transform_config group 'u' applies its '{kind}' transform online (location "
+        f"'{location}'): vLLM 0.33.0 and 0.34.0 run it on the layer's activations at every step"
+    )
+    with pytest.raises(InvalidArgumentError, match=re.escape(said)):
+        quant.from_config(_ct(tc), "config.json")
+    assert quant.from_config(_ct(), "config.json").method == "compressed-tensors"  # the field alone
+
+
+@pytest.mark.parametrize("tc", [None, {}, {"config_groups": {}}, _transforms()])
+def test_no_transform_or_offline_ones_load_with_the_same_bytes(tc):
+    """A falsy `transform_config` vLLM reads as none; a scheme applied only at `weight_input` /
+    `weight_output` (compressed-tensors' `TransformLocation.is_online` false: folded into the stored
+    weights at calibration) vLLM builds nothing for (`get_linear_transform_schemes` keeps online ones only),
+    so the model loads as without the field, byte for byte."""
+    offline = _transforms(("weight_input", ["Linear"]), ("weight_output", ["re:.*o_proj"]))
+    for transforms in (tc, offline):
+        m = _model({**LLAMA, "quantization_config": _ct(transforms)}, "ct")
+        plain = _model({**LLAMA, "quantization_config": _ct()}, "ct")
+        assert m.weight_bytes == plain.weight_bytes
+        assert m.weight_bytes < _model(LLAMA, "bf16").weight_bytes // 2  # (int4 layers: still quantized)
+
+
+@pytest.mark.parametrize(
+    ("tc", "needle"),
+    [
+        ([1], "transform_config [1] must be an object of config_groups (a TransformConfig)"),
+        ({"config_groups": []}, "must be an object of config_groups"),
+        ({"config_groups": {"u": {"type": "hadamard", "apply": "input"}}}, "group 'u' {'type'"),
+        (
+            _transforms(("INPUT", ["Linear"])),
+            "location 'INPUT' is not a compressed-tensors TransformLocation",
+        ),
+    ],
+)
+def test_a_transform_config_that_is_no_transform_config_is_refused_by_name(tc, needle):
+    with pytest.raises(InvalidArgumentError, match=re.escape(needle)):
+        quant.from_config(_ct(tc), "config.json")
+
+
+def test_the_cli_refuses_an_online_transform_in_one_line(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA, "quantization_config": _ct(_transforms(("input", ["Linear"])))}))
+    hf_config._HF_CACHE.clear()
+    assert main(["run", "--model", str(path), "--gpu", "h100-80gb", "--requests", "10"]) == 2
+    assert "applies its 'hadamard' transform online (location 'input')" in _one_line(capsys)
 
 
 # -- ModelOpt NVFP4 with weight-only config groups: W4A16 ----------------------------------------------

@@ -32,6 +32,7 @@ from kvsim.model.quant_format import (
     is_ignored,
 )
 from kvsim.model.quant_modelopt import modelopt
+from kvsim.model.quant_transform import ct_transforms
 
 # vLLM's `--quantization` values kvsim models: `fp8` quantizes an unquantized checkpoint at load time
 # (per tensor); the others name a quantized checkpoint's own method (vLLM's aliases included).
@@ -257,6 +258,7 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
             f"{where}: quantization_config.kv_cache_scheme {kv_scheme!r} is not modelled by kvsim (an 8-bit float "
             "scheme, an fp8 KV cache, is)"
         )
+    ct_transforms(qc.get("transform_config"), where)
     groups_cfg = qc.get("config_groups")
     if not isinstance(groups_cfg, dict) or not groups_cfg:
         raise InvalidArgumentError(f"{where}: compressed-tensors quantization_config has no config_groups")
