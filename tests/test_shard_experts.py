@@ -156,7 +156,7 @@ _FP8 = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False}
             None,
             "float-quantized",
             "float8 per-tensor weights with no input_activations (format 'float-quantized') on the routed "
-            "experts: vLLM 0.33.0 and 0.34.0 have no fused-MoE method for that scheme",
+            "experts: vLLM 0.33.0 and 0.34.0 have no fused-MoE method on a GPU for that scheme",
         ),
         (
             {**_FP8, "strategy": "block", "block_structure": [128, 128]},
@@ -177,7 +177,7 @@ _FP8 = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False}
             {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "tensor"},
             "int-quantized",
             "int8 per-channel weights with int8 per-tensor input_activations (format 'int-quantized') on the "
-            "routed experts: vLLM 0.33.0 and 0.34.0 have no fused-MoE method for that scheme (CompressedTensorsMoEMethod."
+            "routed experts: vLLM 0.33.0 and 0.34.0 have no fused-MoE method on a GPU for that scheme (CompressedTensorsMoEMethod."
             'get_moe_method, compressed_tensors_moe.py): it raises "Unsupported FusedMoe scheme: ..."',
         ),
         (

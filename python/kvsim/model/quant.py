@@ -32,6 +32,7 @@ from kvsim.model.quant_format import (
     is_ignored,
 )
 from kvsim.model.quant_modelopt import modelopt
+from kvsim.model.quant_transform import ct_transforms
 
 # vLLM's `--quantization` values kvsim models: `fp8` quantizes an unquantized checkpoint at load time
 # (per tensor); the others name a quantized checkpoint's own method (vLLM's aliases included).
@@ -257,6 +258,7 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
             f"{where}: quantization_config.kv_cache_scheme {kv_scheme!r} is not modelled by kvsim (an 8-bit float "
             "scheme, an fp8 KV cache, is)"
         )
+    ct_transforms(qc.get("transform_config"), where)
     groups_cfg = qc.get("config_groups")
     if not isinstance(groups_cfg, dict) or not groups_cfg:
         raise InvalidArgumentError(f"{where}: compressed-tensors quantization_config has no config_groups")
@@ -401,7 +403,8 @@ def _ct_moe_refusal(scheme: dict[str, Any], fmt_name: str) -> str | None:
     order `CompressedTensorsMoEMethod.get_moe_method` (`compressed_tensors_moe.py:66-201`) tries its MoE
     methods in, with the predicates of `CompressedTensorsConfig` (`compressed_tensors.py`). Its GPU-specific
     picks change no outcome (the sm90 / sm100 fp8 predicates take what its generic fp8 W8A8 one takes;
-    ROCm's FlyDSL is one of its WNA16 methods); where kvsim cannot tell (MXFP8's uint8 scales), it accepts."""
+    ROCm's FlyDSL is one of its WNA16 methods); where kvsim cannot tell (MXFP8's uint8 scales), it accepts.
+    A method that runs on a CPU only (the W4A8 int8 one) is a refusal: kvsim models GPUs."""
     weights, inputs = scheme.get("weights"), scheme.get("input_activations")
     if not isinstance(weights, dict) or (inputs and not isinstance(inputs, dict)):
         return None
@@ -451,8 +454,12 @@ def _ct_moe_refusal(scheme: dict[str, Any], fmt_name: str) -> str | None:
     if token and w.type == "int" and w.bits == 4 and a.bits == 8 and w.symmetric:
         if a.type == "float" and w.strategy == "group" and a.symmetric:
             return None  # `_is_fp8_w4a8`: CompressedTensorsW4A8Fp8MoEMethod
-        if a.type == "int" and w.strategy in ("group", "channel"):
-            return None  # `_is_dynamic_token_w4a8_int`: CompressedTensorsW4A8Int8MoEMethod
+        if a.type == "int" and w.strategy in ("group", "channel"):  # `_is_dynamic_token_w4a8_int`
+            return (
+                "its one method for it, CompressedTensorsW4A8Int8MoEMethod (compressed_tensors_moe_w4a8_int8.py), "
+                "is CPU-only: its backend oracle (fused_moe/oracle/w4a8_int8.py) offers CPU_INT4 on a CPU "
+                'platform only and raises "W4A8 Int8 MoE is only supported on CPU platforms" on a GPU'
+            )
     return 'it raises "Unsupported FusedMoe scheme: ..."'
 
 
@@ -484,7 +491,7 @@ def check_moe_scheme(q: Quantization, b: Breakdown, qc: Any, where: str) -> None
     ins = f"{_CtArgs.of(inputs).describe()} input_activations" if inputs else "no input_activations"
     raise InvalidArgumentError(
         f"{where}: compressed-tensors {w.describe()} weights with {ins} (format {fmt_name!r}) on the routed "
-        f"experts: vLLM 0.33.0 and 0.34.0 have no fused-MoE method for that scheme (CompressedTensorsMoEMethod."
+        f"experts: vLLM 0.33.0 and 0.34.0 have no fused-MoE method on a GPU for that scheme (CompressedTensorsMoEMethod."
         f"get_moe_method, compressed_tensors_moe.py): {vllm}"
     )
 

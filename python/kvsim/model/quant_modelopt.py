@@ -95,6 +95,20 @@ def scale_encoding_refusal(encoding: Any, where: str, field_name: str, algo: str
     )
 
 
+def weight_only_nvfp4(qc: dict[str, Any]) -> bool:
+    """Whether vLLM runs a ModelOpt `NVFP4` config as W4A16 (`ModelOptNvFp4Config._from_config`, modelopt.py,
+    0.33.0 and 0.34.0): its `config_groups` (read at the config's top, never inside `quantization`) are a
+    non-empty object every one of whose groups is an object without `input_activations` (absent or null),
+    so the checkpoint quantizes weights only and vLLM takes `quant_method` W4A16_NVFP4: NVFP4's bytes,
+    16-bit activations through Marlin (`Format.a16`: the 16-bit rate)."""
+    groups = qc.get("config_groups")
+    return (
+        isinstance(groups, dict)
+        and bool(groups)
+        and all(isinstance(g, dict) and g.get("input_activations") is None for g in groups.values())
+    )
+
+
 def modelopt(qc: dict[str, Any], where: str) -> Quantization:
     """A ModelOpt `quantization_config` (config.json's, flat) or `hf_quant_config.json` (nested in
     `quantization`), its fields read where vLLM's `ModelOptQuantConfigBase.from_config` reads them."""
@@ -123,9 +137,8 @@ def modelopt(qc: dict[str, Any], where: str) -> Quantization:
         group = int_field(qc if "group_size" in qc else inner, where, "group_size", default=16)
         if group != 16:
             raise InvalidArgumentError(f"{where}: NVFP4 group_size {group}: vLLM's NVFP4 takes groups of 16")
-        return Quantization(
-            "modelopt_fp4", {g: Format("nvfp4", 4) for g in LINEAR_GROUPS}, tuple(ignored), kv
-        )
+        fmt = Format("nvfp4", 4, a16=weight_only_nvfp4(qc))
+        return Quantization("modelopt_fp4", {g: fmt for g in LINEAR_GROUPS}, tuple(ignored), kv)
     if algo == "MIXED_PRECISION":
         return Quantization("modelopt_mixed", {}, tuple(ignored), kv, _mixed(qc, inner, where))
     raise InvalidArgumentError(
@@ -312,4 +325,12 @@ class MixedPrecision:
         )
 
 
-__all__ = ["CSF_SCALE_ENCODINGS", "PACKED", "MixedPrecision", "kv_fp8", "modelopt", "scale_encoding_refusal"]
+__all__ = [
+    "CSF_SCALE_ENCODINGS",
+    "PACKED",
+    "MixedPrecision",
+    "kv_fp8",
+    "modelopt",
+    "scale_encoding_refusal",
+    "weight_only_nvfp4",
+]
