@@ -39,11 +39,14 @@ pub(super) type Near<'a> = Option<(u64, Option<&'a Group>)>;
 /// table (a content key's group placed at random).
 pub(super) type Groups = ByName<Group>;
 
+/// (`repr(C)`: the count and the singles, which the engine's usual store reads, first: `CpuTier`'s
+/// layout)
 #[derive(Clone, Debug, Default)]
+#[repr(C)]
 pub(super) struct Chunks {
-    pub(super) groups: Groups,
-    pub(super) singles: KeyMap<Chunk>,
     pub(super) len: usize,
+    pub(super) singles: KeyMap<Chunk>,
+    pub(super) groups: Groups,
     /// Requests' records that are one run of keys, by request id (`Rec`).
     pub(super) recs: ByName<Rec>,
 }

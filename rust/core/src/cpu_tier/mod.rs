@@ -126,27 +126,48 @@ pub struct Internals {
 /// the heap is live (built at the first eviction: a tier that never fills never orders its chunks),
 /// each evictable chunk has a heap entry carrying its current rank, and before that the heap is empty; under ARC the chunks are T1 ∪ T2 (disjoint), the ghosts B1, B2 hold no chunk, are
 /// disjoint and within `capacity` keys; the tracker holds at most `tracker` keys.
+///
+/// Laid out by hand (`repr(C)`; the assertions after it check the offsets): what the engine's usual
+/// store, completion and finish read (the counts and the policy in line 0, the own runs, the lane, the
+/// chunks' count and singles) in its first four cache lines, the engine's `Tier` placing it on a line's
+/// start (results/README.md §CPU tier, "The tier's hot fields together").
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct CpuTier {
     capacity: u64,
-    eviction: Eviction,
-    chunks: Chunks,
     num_evictable: u64,
-    accesses: HashMap<u64, Access, Hasher>,
+    // LRU.
+    next_rank: u64,
+    num_evicted: u64,
+    /// The chunks the lane holds.
+    lane_len: u64,
     /// Offers a key needs before a store admits it; 0: no threshold (vLLM's `store_threshold` < 2).
     threshold: u64,
-    tracker: usize,
-    counts: Recency<u64>,
+    eviction: Eviction,
+    /// Whether `heap` is kept (from the first eviction on): before, pushes are skipped.
+    heap_live: bool,
+    /// Whether an eviction lists the keys it takes (`evict`'s `out`): the engine only counts them
+    /// (`num_evicted`), so it turns the listing off (`count_evictions_only`).
+    list_evicted: bool,
     /// vLLM 0.34.0's rule: a request counts a key toward the threshold once (`count_per_request`).
     per_request: bool,
+    num_stores_skipped: u64,
+    /// Running requests' own runs, outside the groups (`own.rs`: LRU, no threshold; after the first
+    /// eviction found through their index).
+    owns: own::Owns,
+    /// Under LRU, the *retired* runs (`finish_unnamed`): ready runs of requests that finished and whose
+    /// keys nobody names again, each the span its finish's re-ranking made, oldest first (a finish's
+    /// ranks are the newest, so the lane is in order); their chunks are held and evictable, in no
+    /// group. What remains of the front span after the evictions that took its least entries.
+    lane: paged::Paged<order::Span>,
+    chunks: Chunks,
+    accesses: HashMap<u64, Access, Hasher>,
+    tracker: usize,
+    counts: Recency<u64>,
     /// Per request (under `per_request` and a threshold), the keys it counted (vLLM's
     /// `_RequestCacheAccess.counted_keys`), dropped at its `finish`.
     counted: HashMap<u64, KeySet, Hasher>,
-    // LRU.
-    next_rank: u64,
     heap: RankQueue,
-    /// Whether `heap` is kept (from the first eviction on): before, pushes are skipped.
-    heap_live: bool,
     /// Before `heap_live`, under LRU: the spans of the runs finishes re-ranked, in order (a finish's
     /// ranks are the newest), some stale since; the first eviction builds the order from them and
     /// the entries they miss (`build_heap`). At most twice the groups held (`compact_log`).
@@ -157,11 +178,6 @@ pub struct CpuTier {
     b1: Recency<()>,
     b2: Recency<()>,
     target: f64,
-    num_evicted: u64,
-    /// Whether an eviction lists the keys it takes (`evict`'s `out`): the engine only counts them
-    /// (`num_evicted`), so it turns the listing off (`count_evictions_only`).
-    list_evicted: bool,
-    num_stores_skipped: u64,
     /// `prepare_store`'s scratch.
     scratch_store: Vec<(BlockKey, u64)>,
     scratch_ready: Vec<BlockKey>,
@@ -172,17 +188,19 @@ pub struct CpuTier {
     /// Finished requests' `Access::order` vectors, for later requests' records (at most as many as
     /// requests had records at once).
     spare_orders: Vec<Vec<(BlockKey, u64)>>,
-    /// Under LRU, the *retired* runs (`finish_unnamed`): ready runs of requests that finished and whose
-    /// keys nobody names again, each the span its finish's re-ranking made, oldest first (a finish's
-    /// ranks are the newest, so the lane is in order); their chunks are held and evictable, in no
-    /// group. What remains of the front span after the evictions that took its least entries.
-    lane: paged::Paged<order::Span>,
-    /// The chunks the lane holds.
-    lane_len: u64,
-    /// Running requests' own runs, outside the groups (`own.rs`: LRU, no threshold; after the first
-    /// eviction found through their index).
-    owns: own::Owns,
 }
+
+// The layout the engine's usual store, completion and finish rely on: their fields in lines 0-3.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(CpuTier, num_stores_skipped) + 8 <= 64);
+    assert!(
+        offset_of!(CpuTier, chunks)
+            + offset_of!(Chunks, singles)
+            + size_of::<KeyMap<group::Chunk>>()
+            <= 256
+    );
+};
 
 impl CpuTier {
     /// A tier of `capacity` chunks. With `store_threshold` >= 2 a new key is stored only once it has

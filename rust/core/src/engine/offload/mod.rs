@@ -130,64 +130,92 @@ impl Default for TierHot {
 }
 
 /// The engine's CPU tier and the transfers in flight.
+///
+/// Laid out by hand (`repr(C)`, 64-byte aligned; the assertions after it check the offsets): what the
+/// usual request's store, observation, retirement and finish read sits in lines 0-5, `CpuTier`'s own
+/// hot fields in the four lines after them, so that those paths touch a few of the tier's 32 lines,
+/// not one here and one there (results/README.md §CPU tier, "The tier's hot fields together").
+#[repr(C, align(64))]
 pub(super) struct Tier {
-    pub(super) cfg: TierConfig,
-    pub(super) cpu: CpuTier,
-    /// Tokens per chunk, and its base-2 logarithm if it is a power of two (`per_chunk`).
-    tpc: u64,
-    tpc_log2: Option<u32>,
-    /// vLLM's `kv_holding_waiting`: requests holding blocks for a load, in order.
-    pub(super) held: VecDeque<usize>,
-    loads: Vec<Job>,
+    // -- line 0: the store and the observation.
     stores: Vec<Job>,
-    /// `observe_now`'s second vector of stores (empty between calls).
-    stores_spare: Vec<Job>,
-    /// Chunks loads in flight read (vLLM's `_chunks_being_loaded`), with their counts.
-    loading: HashMap<BlockKey, u32>,
-    load_free: i64,
+    loads: Vec<Job>,
     store_free: i64,
     next_job: u64,
     /// Requests finished in the step before, in order: their rows and own runs' handles (0: none), and
     /// the last offers of those with chunks left to offer, in the same order (`LastOffer`).
+    // -- line 1: the retirement and the finish; the chunk arithmetic.
     pub(super) finished_last: Vec<(usize, u32)>,
     last_offers: Vec<LastOffer>,
-    /// vLLM's flush: blocks read by stores of finished requests, with those stores' ids.
-    pub(super) fences: HashMap<BlockId, Vec<u64>>,
-    /// Blocks this step allocated or took as hits.
-    pub(super) touched: Vec<BlockId>,
-    /// Requests preempted in this step (their stores in flight are flushed).
-    pub(super) preempted_now: Vec<usize>,
-    /// The waiting phase's held requests set aside in this pass (held all the same: reserved for).
-    skipped_held: Vec<usize>,
-    /// Scratch of a store's offer.
-    offer: Vec<(BlockKey, u64)>,
-    stored: Vec<BlockKey>,
-    /// (ARC's evictions list their keys here; LRU's are only counted: `count_evictions_only`)
-    evicted: Vec<BlockKey>,
-    /// A CPU tier (false: a decode replica's connector only, no chunks, no stores).
-    has_cpu: bool,
-    /// A decode replica's inbound link: (latency ps, ps per block), and when it is free again.
-    pd_link: Option<(u64, u64)>,
-    pd_free: i64,
+    /// Tokens per chunk, and its base-2 logarithm if it is a power of two (`per_chunk`).
+    tpc: u64,
+    tpc_log2: Option<u32>,
+    // -- line 2: the store's occupancy and touched blocks.
     /// The counters' busy time and steps when the tier's occupancy was last taken into them
     /// (`flush_occupancy`: the weighted sum and peak take the steps since then when it changes or the
     /// run pauses; a step does nothing for it).
     occ_busy: i128,
     occ_steps: i128,
+    /// Blocks this step allocated or took as hits.
+    pub(super) touched: Vec<BlockId>,
+    /// A CPU tier (false: a decode replica's connector only, no chunks, no stores).
+    has_cpu: bool,
+    // -- line 3: the finish's and the admission's tests (`finishes_only`, `may_fence`: the fences'
+    // count is their 24th byte).
+    /// Requests preempted in this step (their stores in flight are flushed).
+    pub(super) preempted_now: Vec<usize>,
+    /// vLLM's flush: blocks read by stores of finished requests, with those stores' ids.
+    pub(super) fences: HashMap<BlockId, Vec<u64>>,
+    /// A hybrid model's requests finished in the step before, with what their last offers read
+    /// (`hybrid/`).
+    h_last: Vec<hybrid::HLast>,
+    // -- line 5: the knobs the store reads (`TierConfig`'s chunk size, link and prompt-only flag).
+    pub(super) cfg: TierConfig,
+    /// (ARC's evictions list their keys here; LRU's are only counted: `count_evictions_only`)
+    evicted: Vec<BlockKey>,
+    // -- lines 6-9: `CpuTier`'s hot fields; cold from here on.
+    pub(super) cpu: CpuTier,
+    /// vLLM's `kv_holding_waiting`: requests holding blocks for a load, in order.
+    pub(super) held: VecDeque<usize>,
+    /// `observe_now`'s second vector of stores (empty between calls).
+    stores_spare: Vec<Job>,
+    /// Chunks loads in flight read (vLLM's `_chunks_being_loaded`), with their counts.
+    loading: HashMap<BlockKey, u32>,
+    load_free: i64,
+    /// The waiting phase's held requests set aside in this pass (held all the same: reserved for).
+    skipped_held: Vec<usize>,
+    /// Scratch of a store's offer.
+    offer: Vec<(BlockKey, u64)>,
+    stored: Vec<BlockKey>,
+    /// A decode replica's inbound link: (latency ps, ps per block), and when it is free again.
+    pd_link: Option<(u64, u64)>,
+    pd_free: i64,
     /// A decode replica: (row, transfer end) of each remote request decided since the driver last
     /// took them (admitted with or without a transfer, or rejected): its prefill replica frees then.
     pub(super) sends_decided: Vec<(usize, i64)>,
     /// Vectors of stores seen complete, for later stores' keys and blocks.
     spare_keys: Vec<Vec<BlockKey>>,
     spare_blocks: Vec<Vec<BlockId>>,
-    /// A hybrid model's requests finished in the step before, with what their last offers read
-    /// (`hybrid/`).
-    h_last: Vec<hybrid::HLast>,
     /// Scratch of the step's state hand-offs (`hybrid/`'s `h_offer_states`).
     h_states: Vec<(usize, crate::kv_groups::StateKeyed)>,
     /// A hybrid pool's livelock watch (`livelock.rs`).
     pub(super) watch: livelock::Watch,
 }
+
+// The layout the usual paths rely on (`Tier`'s comment).
+const _: () = {
+    use std::mem::offset_of;
+    assert!(offset_of!(Tier, has_cpu) < 192 && offset_of!(Tier, preempted_now) == 192);
+    assert!(offset_of!(Tier, fences) + 32 <= 256);
+    assert!(
+        offset_of!(Tier, cfg.blocks_per_chunk) / 64 == 5
+            && offset_of!(Tier, cfg.prompt_only) / 64 == 5
+    );
+    assert!(
+        offset_of!(Tier, cfg.ps_per_block) / 64 == 5 && offset_of!(Tier, cfg.latency_ps) / 64 == 5
+    );
+    assert!(offset_of!(Tier, cpu) == 384);
+};
 
 impl Tier {
     /// Requests finished in the step before wait for this step's offer (their last stores, their
