@@ -20,6 +20,7 @@ from kvsim.reference.cpu_tier import MISS, PENDING, CpuTier
 from kvsim.reference.engine.admission import NEVER, SKIP
 from kvsim.reference.engine.job import Job
 from kvsim.reference.engine.livelock import LivelockWatch, livelock_error
+from kvsim.reference.engine.offload_async import TierAsync
 from kvsim.reference.engine.offload_hybrid import HybridTier
 from kvsim.reference.engine.offload_observe import TierObserve
 from kvsim.reference.engine.seq import Seq
@@ -33,7 +34,7 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class Offload(HybridTier, TierObserve, State):
+class Offload(HybridTier, TierObserve, TierAsync, State):
     """The engine's CPU tier (`self.tier`, None without one)."""
 
     tier: CpuTier | None
@@ -68,6 +69,10 @@ class Offload(HybridTier, TierObserve, State):
         self.load_free = self.store_free = 0
         self.num_observed = 0
         self.finished_last = []
+        self.tier_flight = False  # async_scheduling (offload_async.py): the batch queue
+        self.flight_end = 0
+        self.deferred = []
+        self.victim_deferred = False
         self.stalled = False
         self.block_keys = {}
         self.skipped_held = []

@@ -27,12 +27,13 @@ class TierObserve(State):
         def land(self, s: Seq) -> None: ...
         def unfence(self, job: Job) -> None: ...
 
-    def observe(self) -> bool:
-        """An observation point at `t` (a step's end, an idle jump, a stall's end): every transfer that
-        has ended and that this observation may see completes. Returns whether one did."""
+    def observe(self, at: int | None = None) -> bool:
+        """An observation point at `t` (a step's end, an idle jump, a stall's end; under
+        `async_scheduling` a batch's output, `at` its end): every transfer that has ended and that this
+        observation may see completes. Returns whether one did."""
         tier = self.tier
         self.num_observed += 1
-        t, now = self.t, self.num_observed
+        t, now = self.t if at is None else at, self.num_observed
         seen = False
         if any(job.end <= t and job.avail <= now for job in self.loads):
             kept: deque[Job] = deque()
@@ -103,7 +104,8 @@ class TierObserve(State):
             return False
         self.t = target
         self.stalled = False
-        self.observe()
+        if not self.cfg.async_scheduling:  # (under it only a batch's output observes)
+            self.observe()
         return True
 
     def tier_measure(self, dt: int) -> None:

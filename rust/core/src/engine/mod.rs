@@ -383,18 +383,8 @@ impl<'a> Engine<'a> {
                     // run: tests/test_async_scheduling.py).
                     break Ok(());
                 }
-                if self.async_prev >= 0 {
-                    // async_scheduling: nothing left to schedule behind the step in flight (its batch was
-                    // only discarded tokens); the engine waits for it, then takes arrivals up to its end.
-                    self.async_prev = -1;
-                    continue;
-                }
-                if let Some(tier) = &self.tier
-                    && tier.has_finished_last()
-                {
-                    // The finished requests' last stores, in a step of their own.
-                    self.tier_empty_step();
-                    continue;
+                if self.idle_turn() {
+                    continue; // (the step in flight, a CPU tier's batch queue or last stores)
                 }
                 if nxt == end {
                     break Ok(()); // the end
@@ -404,8 +394,8 @@ impl<'a> Engine<'a> {
                     break Ok(()); // a stepped replica idles at its horizon without moving its clock
                 }
                 self.t = a;
-                if self.tier.is_some() {
-                    self.observe();
+                if self.tier.is_some() && !self.cfg.async_scheduling {
+                    self.observe(); // (asynchronous: only a batch's output observes)
                 }
                 continue;
             }
