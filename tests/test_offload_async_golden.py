@@ -187,3 +187,35 @@ def test_the_records_follow_the_written_rule():
     assert finish_gaps
     assert set(finish_gaps) == {2}, finish_gaps
     assert victims >= 1
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_finisher_scheduled_a_discarded_token_frees_its_blocks_at_that_batchs_output(backend):
+    """Worked by hand from vLLM's `defer_block_free` (DESIGN.md §Engine, "Asynchronous scheduling", *With a
+    CPU tier*), no recording: ticks of 1 ms, one seat, a pool of 3 blocks. A (prompt 4, 2 tokens of max
+    10) computes its prompt at 0 and its 2nd token at 1; the batch at 2 schedules its discarded token (vLLM
+    cannot know it is done) and then A's output arrives: A leaves its seat, but that batch still computes
+    it, so its 2 blocks are freed at that batch's output, after the schedule at 3, which is empty (B, 4
+    tokens, cannot have a block) and takes no time; B runs in the schedule after, at 3. Without a tier
+    (no KV consumer) A's blocks are freed at 2 with its seat."""
+    from kvsim.workloads import Workload
+
+    w = Workload(arrival=[0.0, 0.0], prompt_len=[4, 4], output_len=[2, 1], max_tokens=[10, 1])
+    ms = 10**9
+    for tier, a_free in ((8, 3), (0, 2)):
+        cfg = kvsim.SimConfig(
+            num_blocks=3, block_size=4, max_num_seqs=1, async_scheduling=True, kv_offloading_chunks=tier
+        )
+        res = kvsim.simulate(w, cfg, backend=backend, record_events=True)
+        assert res.events is not None
+        frees = {
+            (r["request_id"], round(r["time_s"] * 1000))
+            for r in res.events.iter_rows(named=True)
+            if r["kind"] == "free"
+        }
+        assert frees == {(0, a_free), (1, 4)}, tier
+        assert list(res.raw.first_scheduled) == [0, 3 * ms]
+        assert list(res.raw.finish) == [2 * ms, 4 * ms]
+        # A's prompt and 2nd token, its discarded token, B's prompt
+        assert res.raw.counters["sum_batched_tokens"] == 4 + 1 + 1 + 4
+        assert res.summary["blocks_saved_by_sharing"] >= 0

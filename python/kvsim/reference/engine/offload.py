@@ -196,7 +196,8 @@ class Offload(HybridTier, TierObserve, TierAsync, State):
                 continue
             assert num_new != SKIP, "waiting_over_budget 'skip' is refused with a CPU tier"
             if num_new == 0:
-                if not self.running and not self.held and not skipped_held:
+                # (blocks held for a load, or by a finisher behind the batch in flight, come back)
+                if not self.running and not self.held and not skipped_held and not self.deferred:
                     queue.popleft()
                     self.reject(s, 5)
                     continue

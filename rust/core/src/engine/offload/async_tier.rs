@@ -24,6 +24,14 @@ pub(in crate::engine) struct Batches {
     victim_deferred: bool,
 }
 
+impl Batches {
+    /// Finishers hold blocks behind the batch in flight (they come back at its output).
+    #[inline]
+    pub(in crate::engine) fn holds_blocks(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+}
+
 impl Engine<'_> {
     /// `defer_block_free`: the running tail (the preemption's victim) was scheduled in the batch in
     /// flight (`async_prev` >= 0), so freeing it would not help this schedule: the running phase stops
