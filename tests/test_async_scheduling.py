@@ -174,11 +174,13 @@ def test_the_knob_is_off_by_default_and_refused_where_not_modelled():
         ({"sampling": "fork-cow"}, "sampling 'fork-cow'"),
         ({"append_check": "one-free-block"}, "append_check 'one-free-block'"),
         ({"replicas": 2, "prefill_replicas": 1}, "disaggregated fleet (a prefill replica holds"),
-        ({"kv_offloading_chunks": 4}, "CPU tier"),
     ):
         with pytest.raises(InvalidArgumentError, match="async_scheduling") as err:
             kvsim.SimConfig(num_blocks=100, async_scheduling=True, **knobs)
         assert named in str(err.value)
+    # A CPU tier takes it on one full-attention group (tests/test_offload_async_golden.py); beside a hybrid
+    # model's KV-cache groups it is refused (tests/test_async_hybrid.py).
+    assert kvsim.SimConfig(num_blocks=100, async_scheduling=True, kv_offloading_chunks=4).async_scheduling
     # (a hybrid model takes it, Mamba groups in align mode included: tests/test_async_hybrid.py)
     ssm = toy([Layer("mamba", state=STATE), Layer("full")], "ssm")
     assert kvsim.SimConfig(model=ssm, num_blocks=200, block_size=16, async_scheduling=True).async_scheduling

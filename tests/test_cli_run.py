@@ -829,11 +829,18 @@ def test_a_default_run_says_its_scheduling_is_synchronous_where_vllms_is_not(cap
     assert "vLLM 0.19.0 and later schedule asynchronously by default" in note
     assert "--async-scheduling runs vLLM's rule" in note
     assert said([*base, "--async-scheduling"]) == said([*base, "--no-async-scheduling"]) == []
+    # A CPU tier takes the rule on one full-attention group (DESIGN.md §Engine, "Asynchronous scheduling",
+    # *With a CPU tier*), not beside a hybrid model's KV-cache groups.
     (tier,) = said([*base, "--kv-offloading-size", "8"])
+    assert "--async-scheduling runs vLLM's rule" in tier
+    assert said([*base, "--kv-offloading-size", "8", "--async-scheduling"]) == []
+    hybrid = ["run", "--model", "gemma-3-27b", "--gpu", "h100-80gb", "--requests", "20"]
+    (tier,) = said([*hybrid, "--kv-offloading-size", "8"])
     assert tier.endswith(
         "kvsim does not model that rule for this run (async_scheduling True is not modelled with a CPU tier "
-        "(kv_offloading_size))"
+        "beside a hybrid model's KV-cache groups (kv_offloading_size; one full-attention group takes it))"
     )
     with pytest.raises(kvsim.InvalidArgumentError, match="CPU tier"):  # (what the note quotes)
-        kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=8, async_scheduling=True)
+        kvsim.SimConfig(model="gemma-3-27b", gpu="h100-80gb", kv_offloading_size=8, async_scheduling=True)
+    kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=8, async_scheduling=True)
     assert said([*base, "--policy", "orca-max", "--max-model-len", "8192"]) == []

@@ -1,14 +1,15 @@
-"""vLLM's asynchronous scheduling with its CPU tier: the refusal's evidence (DESIGN.md §Engine, "Asynchronous
-scheduling", *With a CPU tier*).
+"""vLLM's asynchronous scheduling with its CPU tier (DESIGN.md §Engine, "Asynchronous scheduling", *With a CPU
+tier*), replayed block for block on both engines.
 
 `scripts/vllm_offload_golden.py`'s `record_async` drove vLLM 0.33.0's own `AsyncScheduler` with its
 `OffloadingConnector` (on CPU) under the engine core's batch queue of two, transfers of zero duration,
 through twelve of the offload scenarios (`tests/data/vllm_offload_async/async_*.json`: per batch that
-computed tokens, its start `t`, the tokens scheduled, every table, the loads and stores issued, the chunks
-in the tier). Neither of kvsim's engines has the rule yet, so `async_scheduling=True` with a tier is refused
-by name; these tests hold the records to that: each scenario's configuration is refused naming the tier,
-and kvsim's synchronous run of the same requests (the only one it has) parts from vLLM's record, among
-them at the preemption vLLM defers while the victim's step is in flight.
+computed tokens, its start `t`, the tokens scheduled, every table after its schedule, the loads and stores
+issued since the batch before that computed, the chunks in the tier; and per batch launched, empty ones
+too, what it scheduled, loaded, stored, preempted and named finished). Both of kvsim's engines replay the
+same requests with `async_scheduling=True` and must make the same decisions with the same block ids; and
+kvsim's synchronous run of them parts from the record, among them at the preemption vLLM defers while the
+victim's step is in flight.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from pathlib import Path
 import pytest
 
 import kvsim
-from kvsim import InvalidArgumentError
 from tests.test_offload_golden import by_step, config_of, workload_of
 
 DATA = Path(__file__).parent / "data" / "vllm_offload_async"
@@ -40,30 +40,6 @@ def test_every_async_recording_is_here():
     assert all(any(st["stores"] for st in r["steps"]) for r in records)
     assert sum(r["flushes"] for r in records) >= 1
     assert sum(r["preemptions"] for r in records) >= 1
-
-
-@pytest.mark.parametrize("name", SCENARIOS)
-def test_the_recorded_configuration_is_refused_naming_the_tier(name):
-    sc = load(name)
-    config_of(sc)  # synchronous: accepted
-    with pytest.raises(InvalidArgumentError, match=r"async_scheduling True is not modelled with a CPU tier"):
-        kvsim.SimConfig(**{**_knobs(sc), "async_scheduling": True})
-
-
-def _knobs(sc: dict) -> dict:
-    cfg = config_of(sc)
-    names = [
-        "num_blocks",
-        "block_size",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "max_model_len",
-        "kv_offloading_chunks",
-        "kv_offloading_blocks_per_chunk",
-        "kv_offloading_eviction_policy",
-        "kv_offloading_store_threshold",
-    ]
-    return {k: getattr(cfg, k) for k in names}
 
 
 def parting(sc: dict, backend: str) -> tuple[int | None, list[dict]]:
@@ -104,6 +80,85 @@ def test_synchronous_kvsim_parts_from_vllms_asynchronous_record(backend):
         assert r not in nxt["tables"]  # preempted at the next schedule
 
 
+def by_batch(res: kvsim.SimResult, steps: int) -> list[dict]:
+    """`by_step` of an asynchronous run: after each schedule of a step that computed tokens, before the
+    output of the step in flight arrives, as the recorder reads vLLM. The event log's `step` column counts
+    the steps that computed tokens before a row; a finisher's frees at the output after the next schedule
+    carry that schedule's step, so they are told from those of an output that arrived before it (after an
+    empty batch, or while nothing was scheduled) by the finisher's `schedule` row (count 0: left out) that
+    the step's schedule wrote while it still held its seat: those frees come after the step's snapshot."""
+    assert res.events is not None
+    rows = list(res.events.iter_rows(named=True))
+    left_out: dict[str, int] = {}
+    at: list[float] = []
+    for e in rows:
+        r = str(e["request_id"])
+        if e["kind"] == "schedule" and e["count"] == 0:
+            left_out[r] = e["step"]
+        late = e["kind"] == "free" and left_out.get(r) == e["step"]
+        at.append(e["step"] + 0.5 if late else e["step"])
+    tables: dict[str, list[int]] = {}
+    out = [{"tables": {}, "loads": [], "stores": []} for _ in range(steps + 1)]
+    order = sorted(range(len(rows)), key=lambda i: at[i])  # (stable: a late free after its step's rows)
+    i = chunks = 0
+    for j in range(steps + 1):
+        while i < len(order) and at[order[i]] <= j:
+            e = rows[order[i]]
+            i += 1
+            r, kind = str(e["request_id"]), e["kind"]
+            if kind in ("prefix-hit", "allocate"):
+                tables.setdefault(r, []).append(e["block"])
+            elif kind == "free":
+                tables[r].remove(e["block"])
+                if not tables[r]:
+                    del tables[r]
+            elif kind in ("load", "store"):
+                out[j][kind + "s"].append([r, e["count"]])
+            if kind == "store":
+                chunks += e["count"]
+            elif kind == "cpu-evict":
+                chunks -= 1
+        out[j]["tables"] = {r: list(t) for r, t in tables.items()}
+        out[j]["tier_chunks"] = chunks
+    return out
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_kvsim_offloads_as_vllms_async_scheduler_does(name, backend):
+    sc = load(name)
+    cfg = config_of(sc).replace(async_scheduling=True)
+    res = kvsim.simulate(workload_of(sc), cfg, backend=backend, record_events=True, record_timeseries=True)
+    steps = sc["steps"]
+    ours = by_batch(res, len(steps))
+    for j, step in enumerate(steps):
+        mine = ours[j]
+        for k in ("tables", "loads", "stores", "tier_chunks"):
+            assert mine[k] == step[k], f"step {j}: {k} kvsim {mine[k]} vLLM {step[k]}"
+    trailing = ours[len(steps)]
+    assert trailing["loads"] == sc["trailing"]["loads"]
+    assert trailing["stores"] == sc["trailing"]["stores"]
+    # kvsim's clock is the recorder's: a batch that computes lasts 1 ms, an empty one none (times in ps,
+    # the recording's ms exact in binary).
+    assert res.timeseries is not None
+    assert [round(t * 1e12) for t in res.timeseries["time_s"]] == [round(st["t"] * 1e9) for st in steps]
+    step_at = {round(st["t"] * 1e9): j for j, st in enumerate(steps)}
+    end_at = {round((st["t"] + 1) * 1e9): j for j, st in enumerate(steps)}
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for j, step in enumerate(steps):
+        for r in step["scheduled"]:
+            first.setdefault(int(r), j)
+            last[int(r)] = j
+    n = len(sc["requests"])
+    req = res.requests.sort("request_id")
+    assert [step_at[round(t * 1e12)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
+    assert [end_at[round(t * 1e12)] for t in req["finish"]] == [last[r] for r in range(n)]
+    assert res.summary["completed"] == n
+    assert res.raw.counters["num_flushes"] == sc["flushes"]
+    assert res.raw.counters["num_preemptions"] == sc["preemptions"]
+
+
 def _batches(name: str) -> tuple[list[dict], list[set[str]]]:
     b = load(name)["batches"]
     return b, [set(x["scheduled"]) for x in b]
@@ -132,3 +187,35 @@ def test_the_records_follow_the_written_rule():
     assert finish_gaps
     assert set(finish_gaps) == {2}, finish_gaps
     assert victims >= 1
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_finisher_scheduled_a_discarded_token_frees_its_blocks_at_that_batchs_output(backend):
+    """Worked by hand from vLLM's `defer_block_free` (DESIGN.md §Engine, "Asynchronous scheduling", *With a
+    CPU tier*), no recording: ticks of 1 ms, one seat, a pool of 3 blocks. A (prompt 4, 2 tokens of max
+    10) computes its prompt at 0 and its 2nd token at 1; the batch at 2 schedules its discarded token (vLLM
+    cannot know it is done) and then A's output arrives: A leaves its seat, but that batch still computes
+    it, so its 2 blocks are freed at that batch's output, after the schedule at 3, which is empty (B, 4
+    tokens, cannot have a block) and takes no time; B runs in the schedule after, at 3. Without a tier
+    (no KV consumer) A's blocks are freed at 2 with its seat."""
+    from kvsim.workloads import Workload
+
+    w = Workload(arrival=[0.0, 0.0], prompt_len=[4, 4], output_len=[2, 1], max_tokens=[10, 1])
+    ms = 10**9
+    for tier, a_free in ((8, 3), (0, 2)):
+        cfg = kvsim.SimConfig(
+            num_blocks=3, block_size=4, max_num_seqs=1, async_scheduling=True, kv_offloading_chunks=tier
+        )
+        res = kvsim.simulate(w, cfg, backend=backend, record_events=True)
+        assert res.events is not None
+        frees = {
+            (r["request_id"], round(r["time_s"] * 1000))
+            for r in res.events.iter_rows(named=True)
+            if r["kind"] == "free"
+        }
+        assert frees == {(0, a_free), (1, 4)}, tier
+        assert list(res.raw.first_scheduled) == [0, 3 * ms]
+        assert list(res.raw.finish) == [2 * ms, 4 * ms]
+        # A's prompt and 2nd token, its discarded token, B's prompt
+        assert res.raw.counters["sum_batched_tokens"] == 4 + 1 + 1 + 4
+        assert res.summary["blocks_saved_by_sharing"] >= 0

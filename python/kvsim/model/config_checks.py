@@ -249,7 +249,8 @@ class ConfigChecks:
 
     def _check_async(self) -> None:
         """Refuses `async_scheduling` where kvsim does not model it (DESIGN.md §Engine, "Asynchronous
-        scheduling"): vLLM v0's rules (which it never had), a CPU tier, a prefill pool."""
+        scheduling"): vLLM v0's rules (which it never had), a CPU tier beside a hybrid model's KV-cache
+        groups, a prefill pool."""
         if not self.async_scheduling:
             return
         what = "async_scheduling True"
@@ -264,7 +265,11 @@ class ConfigChecks:
                 raise InvalidArgumentError(
                     f"{what} takes vLLM v1's rules: {knob} {value!r} does not apply (only {v1!r})"
                 )
-        if self.kv_offloading_chunks:
-            raise InvalidArgumentError(f"{what} is not modelled with a CPU tier (kv_offloading_size)")
+        layout = self.pool.layout
+        if self.kv_offloading_chunks and layout is not None and not layout.single_full:
+            raise InvalidArgumentError(
+                f"{what} is not modelled with a CPU tier beside a hybrid model's KV-cache groups "
+                "(kv_offloading_size; one full-attention group takes it)"
+            )
         if self.prefill_replicas:
             raise InvalidArgumentError(f"{what} {PD_ASYNC}: prefill_replicas {self.prefill_replicas}")

@@ -239,19 +239,22 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                     raise InternalError(f"no progress at time {self.t} ps")
                 continue
             if idle:
+                if self.tier_flight and not self.finished_last:
+                    self.tier_output()  # async_scheduling, a CPU tier: nothing to schedule, the output arrives
+                    continue
                 if self.async_prev >= 0:
                     # async_scheduling: nothing left to schedule behind the step in flight (its batch was
                     # only discarded tokens); the engine waits for it, then takes arrivals up to its end.
                     self.async_prev = -1
                     continue
                 if self.finished_last:  # CPU tier: the finished requests' last stores, in a step of their own
-                    self.tier_empty_step()
+                    self.step() if self.cfg.async_scheduling else self.tier_empty_step()
                     continue
                 if self.nxt == n:
                     break
                 self.t = arrivals[self.nxt]
-                if self.connector:
-                    self.observe()
+                if self.connector and not self.cfg.async_scheduling:
+                    self.observe()  # (under async_scheduling only a batch's output observes)
                 continue
             if self.send_ends:
                 self.free_sent()
@@ -270,15 +273,18 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                     return
                 continue
             if self.idle:
+                if self.tier_flight and not self.finished_last:
+                    self.tier_output()  # as in `advance`
+                    continue
                 if self.async_prev >= 0:
                     self.async_prev = -1  # async_scheduling: as in `advance`
                     continue
                 if self.finished_last:
-                    self.tier_empty_step()
+                    self.step() if self.cfg.async_scheduling else self.tier_empty_step()
                     continue
                 if self.nxt < len(self.seqs) and arrivals[self.nxt] < horizon:
                     self.t = arrivals[self.nxt]
-                    if self.connector:
+                    if self.connector and not self.cfg.async_scheduling:
                         self.observe()
                     continue
                 return
@@ -324,7 +330,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                 arrival = self.arrivals[self.nxt]
                 target = arrival if target is None else min(target, arrival)
             return target
-        if not self.idle or self.finished_last:
+        if not self.idle or self.finished_last or self.tier_flight:
             return self.t
         return self.arrivals[self.nxt] if self.nxt < n else None
 

@@ -31,9 +31,10 @@ class Memory(State):
     def idle_table_blocks(self) -> int:
         """Blocks in the tables of requests that hold them outside the running list (DESIGN.md §Metrics,
         `blocks_saved_by_sharing`): a prefill replica's finished requests until their transfer ends
-        (`sending`) and the held requests, whose loads (a CPU tier's, a decode replica's transfers) land in
-        them."""
-        idle = [*self.sending.values(), *self.held]
+        (`sending`), the held requests, whose loads (a CPU tier's, a decode replica's transfers) land in
+        them, and under `async_scheduling` with a tier the finishers whose blocks wait for the batch in
+        flight (`deferred`)."""
+        idle = [*self.sending.values(), *self.held, *self.deferred]
         if self.hybrid:
             return sum(b != NULL for s in idle for table in self.hkv.tables(s.idx) for b in table)
         return sum(len(self.kv.block_table(s.idx)) for s in idle)

@@ -1,7 +1,8 @@
 """The CPU tier in the engine (DESIGN.md §CPU tier; the twin of `rust/core/src/engine/offload/`): the
 waiting phase with held requests and skips, a waiting request's hits continued into the tier and its
-load's admission, a landed load's resumption, the stores a step offers, the transfers on the host link
-and when the engine observes them, and the stall of an engine that waits for nothing but transfers.
+load's admission, a landed load's resumption, the stores a step offers and the transfers on the host
+link; when the engine observes them and the stall of an engine that waits for nothing but transfers are
+`offload_observe`'s (the twin of `engine/offload/observe.rs`).
 
 vLLM 0.33.0's rules: `vllm/v1/core/sched/scheduler.py` (the waiting loop, `skip_request`,
 `_update_waiting_for_remote_kv`, `_inflight_prefill_reserved_blocks`),
@@ -15,13 +16,13 @@ import itertools
 from collections import Counter, deque
 from collections.abc import Iterator
 
-from kvsim.errors import InternalError, InvalidArgumentError
-from kvsim.model.units import fmt_count
 from kvsim.reference.cpu_tier import MISS, PENDING, CpuTier
 from kvsim.reference.engine.admission import NEVER, SKIP
 from kvsim.reference.engine.job import Job
 from kvsim.reference.engine.livelock import LivelockWatch, livelock_error
+from kvsim.reference.engine.offload_async import TierAsync
 from kvsim.reference.engine.offload_hybrid import HybridTier
+from kvsim.reference.engine.offload_observe import TierObserve
 from kvsim.reference.engine.seq import Seq
 from kvsim.reference.engine.state import State
 from kvsim.reference.engine.timing import transfer_end
@@ -33,7 +34,7 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class Offload(HybridTier, State):
+class Offload(HybridTier, TierObserve, TierAsync, State):
     """The engine's CPU tier (`self.tier`, None without one)."""
 
     tier: CpuTier | None
@@ -68,6 +69,10 @@ class Offload(HybridTier, State):
         self.load_free = self.store_free = 0
         self.num_observed = 0
         self.finished_last = []
+        self.tier_flight = False  # async_scheduling (offload_async.py): the batch queue
+        self.flight_end = 0
+        self.deferred = []
+        self.victim_deferred = False
         self.stalled = False
         self.block_keys = {}
         self.skipped_held = []
@@ -191,7 +196,8 @@ class Offload(HybridTier, State):
                 continue
             assert num_new != SKIP, "waiting_over_budget 'skip' is refused with a CPU tier"
             if num_new == 0:
-                if not self.running and not self.held and not skipped_held:
+                # (blocks held for a load, or by a finisher behind the batch in flight, come back)
+                if not self.running and not self.held and not skipped_held and not self.deferred:
                     queue.popleft()
                     self.reject(s, 5)
                     continue
@@ -698,89 +704,3 @@ class Offload(HybridTier, State):
         for job in self.stores:
             if job.seq is s:
                 self.fence(job)
-
-    # -- observing transfers --------------------------------------------------------------------------
-    def observe(self) -> bool:
-        """An observation point at `t` (a step's end, an idle jump, a stall's end): every transfer that
-        has ended and that this observation may see completes. Returns whether one did."""
-        tier = self.tier
-        self.num_observed += 1
-        t, now = self.t, self.num_observed
-        seen = False
-        if any(job.end <= t and job.avail <= now for job in self.loads):
-            kept: deque[Job] = deque()
-            for job in self.loads:
-                if job.end > t or job.avail > now:
-                    kept.append(job)
-                    continue
-                if not job.remote:
-                    assert tier is not None
-                    tier.complete_load(job.keys)
-                    self.loading.subtract(job.keys)
-                    self.loading = +self.loading
-                job.seq.jobs -= 1
-                self.land(job.seq)
-                if not job.remote:
-                    self.log("load-done", job.seq, -1, len(job.keys))
-            self.loads = kept
-            seen = True
-        if any(job.end <= t and job.avail <= now for job in self.stores):
-            kept = deque()
-            for job in self.stores:
-                if job.end > t or job.avail > now:
-                    kept.append(job)
-                    continue
-                assert tier is not None
-                tier.complete_store(job.keys)
-                self.unfence(job)
-                job.seq.jobs -= 1
-                self.log("store-done", job.seq, -1, len(job.keys))
-            self.stores = kept
-            seen = True
-        return seen
-
-    def next_transfer(self) -> int | None:
-        """When the earliest transfer in flight ends (not before now), None if none is."""
-        ends = [job.end for q in (self.loads, self.stores) for job in q]
-        if self.send_ends:  # a prefill replica's held blocks: the earliest transfer end decided
-            ends.append(self.send_ends[0][0])
-        return max(self.t, min(ends)) if ends else None
-
-    def tier_empty_step(self) -> bool:
-        """A step that scheduled nothing: the finished requests' stores are offered now, then the
-        engine observes; returns whether anything changed."""
-        planned, flush_end = self.offer_stores([], self.t)
-        self.t = max(self.t, flush_end)
-        return self.observe() or planned
-
-    def resolve_stall(self, limit: int | None) -> bool:
-        """A stalled engine jumps to the earliest end of a transfer or the next arrival, if before `limit`
-        (None: no limit), and observes there; False if it must wait for the caller."""
-        target = self.next_transfer()
-        if self.nxt < len(self.seqs):
-            arrival = self.arrivals[self.nxt]
-            target = arrival if target is None else min(target, arrival)
-        if target is None:
-            if self.sending:
-                return False  # a prefill replica: its transfers' ends are not decided yet
-            if self.held:
-                raise InvalidArgumentError(
-                    f"the run deadlocks at {self.t} ps: {fmt_count(len(self.held), 'request')} "
-                    f"{'holds' if len(self.held) == 1 else 'hold'} blocks for loads that landed and "
-                    "cannot allocate what their prompts still need, and nothing runs; vLLM 0.33.0's and 0.34.0's "
-                    "scheduler would wait here forever (its reservation for requests still prefilling counts no block a sliding "
-                    "window needs: DESIGN.md §CPU tier)"
-                )
-            raise InternalError(f"no progress at time {self.t} ps")
-        if limit is not None and target >= limit:
-            return False
-        self.t = target
-        self.stalled = False
-        self.observe()
-        return True
-
-    def tier_measure(self, dt: int) -> None:
-        assert self.tier is not None
-        used = self.tier.used
-        self.c["w_cpu_chunks"] += dt * used
-        self.c["peak_cpu_chunks"] = max(self.c["peak_cpu_chunks"], used)

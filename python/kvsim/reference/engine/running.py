@@ -72,6 +72,8 @@ class Running(State):
             # `while ... else`: the else branch runs when the allocation succeeds (possibly after
             # preempting others); `break` leaves when s itself was the victim.
             while not self.try_grow(s, num_new):
+                if self.tier_flight and self.victim_in_flight():
+                    return budget, preempted  # defer_block_free: nothing preempted for it (offload_async)
                 preempted = True
                 if self.preempt_tail(s):
                     break
@@ -141,6 +143,9 @@ class Running(State):
 
     def step(self) -> None:
         """One iteration at `t` once the arrivals joined: schedule, time, measure, sample, finish."""
+        if self.cfg.async_scheduling and self.connector:
+            self.async_tier_step()  # the batch queue with a CPU tier (offload_async.py)
+            return
         before = (self.num_rejected, self.c["num_preemptions"])
         loads = self.c["num_loads"] + self.c["pd_transfers"]  # loads or transfers admitted: progress
         scheduled = self.schedule()
@@ -180,7 +185,8 @@ class Running(State):
         """The step's second half, once its batch is scheduled and it lasts `dt`: measure, sample, finish
         (a rank of a data-parallel group takes it with its group's duration, `group.py`)."""
         cols = self.cols
-        tier = self.connector
+        # (with `async_scheduling` the finishers reach the tier when their output arrives: `tier_output`)
+        tier = self.connector and not self.cfg.async_scheduling
         if self.t + dt > MAX_TIME_PS:
             raise InvalidArgumentError(clock_overflow_message(self.c["num_steps"], self.t))
         self.measure(dt, len(scheduled), sum(k for _, k in scheduled))

@@ -76,6 +76,8 @@ class Seq:
     # §Engine, "Asynchronous scheduling", "A hybrid model's windows free a step later": `Hybrid.settled`).
     flight_step: int = -1
     flight_tokens: int = 0
+    # async_scheduling with a CPU tier: the last step that scheduled it (`offload_async.py`).
+    sched_step: int = -1
     # ITL (kvsim.engine.metrics): the current run of tokens sampled in consecutive steps, from step `run_first`
     # to `last_step` (its last token at `last_time` ps), and the gap before its first token (-1: the
     # sequence's first token).

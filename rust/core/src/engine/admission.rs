@@ -348,9 +348,10 @@ impl Engine<'_> {
             }
             if num_new == 0 {
                 // (A prefill replica's blocks held for transfers come back; with a tier, nothing is
-                // held here: the tier loop's test.)
+                // held here: the tier loop's test, a finisher's behind the batch in flight included.)
                 if self.running.is_empty()
                     && (TIER || self.sends.as_ref().is_none_or(|s| s.sending.is_empty()))
+                    && !(TIER && self.tier.as_ref().is_some_and(|t| t.batches.holds_blocks()))
                 {
                     self.waiting.pop_front();
                     self.reject_seq(k, reject::NEVER_ADMITTED);

@@ -446,10 +446,10 @@ impl EngineConfig {
             && (self.policy != Policy::Vllm
                 || self.preemption != Preemption::Recompute
                 || self.one_free_block
-                || self.tier.is_some())
+                || (self.tier.is_some() && self.groups.is_some()))
         {
             invalid_arg!(
-                "async_scheduling takes vLLM v1's rules: policy 'vllm', preemption 'recompute', append_check 'exact', no CPU tier"
+                "async_scheduling takes vLLM v1's rules: policy 'vllm', preemption 'recompute', append_check 'exact', no CPU tier beside KV-cache groups"
             );
         }
         if self.num_blocks < 2 {

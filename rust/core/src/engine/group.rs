@@ -71,7 +71,7 @@ impl Engine<'_> {
                     self.discard();
                     return Err(KvError::InvalidOperation("interrupted".into()));
                 }
-                if self.async_turn() {
+                if self.async_turn(self.progress_marks()) {
                     continue; // (its schedule again at the clock, the group step's start)
                 }
                 if !self.scheduled.is_empty() {

@@ -105,8 +105,9 @@ impl Engine<'_> {
     /// Blocks in the tables of requests that hold them outside the running list (DESIGN.md §Metrics,
     /// `blocks_saved_by_sharing`): a prefill replica's finished requests until their transfer ends
     /// (`sending`) and the held requests, whose loads (a CPU tier's, a decode replica's transfers) land in
-    /// them. Their blocks are held, so they count among the blocks the tables cover (they read as
-    /// negative savings before).
+    /// them (and under `async_scheduling` with a tier the finishers whose blocks wait for the batch in
+    /// flight: `offload/async_tier.rs` adds them). Their blocks are held, so they count among the blocks
+    /// the tables cover (they read as negative savings before).
     #[inline]
     pub(super) fn idle_table_blocks(&self) -> u64 {
         // (most runs: no prefill sends and no held request; `held_empty` is set by the waiting phase,

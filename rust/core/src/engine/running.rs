@@ -218,6 +218,9 @@ impl Engine<'_> {
                     i += 1;
                     continue 'running;
                 }
+                if self.async_prev >= 0 && self.tier.is_some() && self.victim_in_flight() {
+                    break 'running; // defer_block_free: nothing preempted for it (offload/async_tier.rs)
+                }
                 preempted = true;
                 if self.preempt_tail(k) {
                     break 'running; // k was the tail: nothing after it
@@ -305,7 +308,9 @@ impl Engine<'_> {
             let row = self.slab[k].row;
             self.log(event::FINISH, row, -1);
             if self.tier.is_some() {
-                self.tier_finished(k);
+                if !self.cfg.async_scheduling {
+                    self.tier_finished(k); // (asynchronous: at its output, `tier_output`)
+                }
             } else if self.cfg.groups.is_some() && self.sends.as_ref().is_some_and(|s| s.hold) {
                 // A hybrid prefill replica (DESIGN.md §Prefill/decode disaggregation).
                 self.hybrid_connector_finished(k);
@@ -400,11 +405,15 @@ impl Engine<'_> {
     /// engine's step and a DP rank's alike: an empty batch with a step in flight lets that step's outputs
     /// arrive and asks for the schedule again at `t` (true); otherwise notes whether a step is now in
     /// flight and, in a hybrid pool, each scheduled sequence's tokens in it (`settled`). False, doing
-    /// nothing, without the rule.
+    /// nothing, without the rule. With a CPU tier, the batch queue's turn (`async_tier_turn`, `before`:
+    /// the progress marks before the schedule).
     #[inline]
-    pub(super) fn async_turn(&mut self) -> bool {
+    pub(super) fn async_turn(&mut self, before: u64) -> bool {
         if !self.cfg.async_scheduling {
             return false;
+        }
+        if self.tier.is_some() {
+            return self.async_tier_turn(before);
         }
         if self.scheduled.is_empty() && self.async_prev >= 0 {
             self.release_async_done();
@@ -427,12 +436,43 @@ impl Engine<'_> {
         false
     }
 
+    /// An idle engine's turn before it jumps to the next arrival; returns whether it took one. With a CPU
+    /// tier under `async_scheduling`, the batch in flight's output arrives (`tier_output`), unless the
+    /// finished requests' last stores wait for a batch of their own. Under `async_scheduling`, nothing
+    /// left to schedule behind the step in flight (its batch was only discarded tokens): the engine waits
+    /// for it, then takes arrivals up to its end. With a CPU tier, the finished requests' last stores, in
+    /// a step of their own (under `async_scheduling` a batch, `async_tier_turn`).
+    #[inline]
+    pub(super) fn idle_turn(&mut self) -> bool {
+        if self
+            .tier
+            .as_ref()
+            .is_some_and(|t| t.batches.flight && !t.has_finished_last())
+        {
+            self.tier_output();
+            return true;
+        }
+        if self.async_prev >= 0 {
+            self.async_prev = -1;
+            return true;
+        }
+        if self.tier.as_ref().is_some_and(|t| t.has_finished_last()) {
+            if self.cfg.async_scheduling {
+                self.full_step();
+            } else {
+                self.tier_empty_step();
+            }
+            return true;
+        }
+        false
+    }
+
     /// One step with every running sequence walked explicitly (the reference's loop, rule for rule).
     /// Returns false if nothing was scheduled (every waiting head was rejected: no time passes).
     pub(super) fn full_step(&mut self) -> bool {
         let before = self.progress_marks(); // (a tier's only)
         self.schedule();
-        if self.async_turn() {
+        if self.async_turn(before) {
             return true;
         }
         if self.scheduled.is_empty() {

@@ -115,6 +115,8 @@ pub(super) struct Seq {
     /// schedule (`Engine::async_done`); `freed`: a preemption freed them.
     pub(super) done: bool,
     pub(super) freed: bool,
+    /// `async_scheduling` with a CPU tier: the last step that scheduled it (`offload/async_tier.rs`).
+    pub(super) sched_step: u64,
 }
 
 // The layout the lockstep path relies on: its fields in lines 0-2 (the CPU tier's hot fields too).

@@ -339,7 +339,7 @@ impl<'a> Engine<'a> {
             || self
                 .tier
                 .as_deref()
-                .is_some_and(super::offload::Tier::has_finished_last)
+                .is_some_and(|t| t.has_finished_last() || t.batches.flight)
         {
             return Some(self.t);
         }

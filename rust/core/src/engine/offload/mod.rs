@@ -10,6 +10,7 @@
 //! decode replica's transfers), `stores.rs` the stores and a finished request's last ones,
 //! `observe.rs` the observations, the stall and the quiet, progress and occupancy helpers.
 
+mod async_tier;
 mod hybrid;
 mod livelock;
 mod observe;
@@ -200,6 +201,8 @@ pub(super) struct Tier {
     h_states: Vec<(usize, crate::kv_groups::StateKeyed)>,
     /// A hybrid pool's livelock watch (`livelock.rs`).
     pub(super) watch: livelock::Watch,
+    /// `async_scheduling`'s batch queue (`async_tier.rs`).
+    pub(super) batches: async_tier::Batches,
 }
 
 // The layout the usual paths rely on (`Tier`'s comment).
@@ -319,6 +322,7 @@ impl Tier {
             h_last: Vec::new(),
             watch: livelock::Watch::default(),
             h_states: Vec::new(),
+            batches: async_tier::Batches::default(),
         }
     }
 

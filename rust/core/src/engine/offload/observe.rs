@@ -248,7 +248,9 @@ impl Engine<'_> {
         }
         self.t = target;
         self.tier_hot.stalled = false;
-        self.observe();
+        if !self.cfg.async_scheduling {
+            self.observe(); // (asynchronous: only a batch's output observes, `async_tier.rs`)
+        }
         Ok(true)
     }
 

@@ -69,7 +69,12 @@ impl Engine<'_> {
             }
             if num_new == 0 {
                 let tier = self.tier_ref();
-                if self.running.is_empty() && tier.held.is_empty() && tier.skipped_held.is_empty() {
+                // (blocks held for a load, or by a finisher behind the batch in flight, come back)
+                if self.running.is_empty()
+                    && tier.held.is_empty()
+                    && tier.skipped_held.is_empty()
+                    && !tier.batches.holds_blocks()
+                {
                     self.waiting.pop_front();
                     self.reject_seq(k, reject::NEVER_ADMITTED);
                     continue;
