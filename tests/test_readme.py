@@ -177,7 +177,7 @@ def test_the_readme_plan_sentence_prints_what_it_says(capsys):
     assert " ".join(answer.split()).endswith(m.group(2).split("...")[-1].strip()), answer
 
 
-@pytest.mark.parametrize("status", ["burst"])
+@pytest.mark.parametrize("status", ["burst", "above-cap"])
 def test_the_readme_plan_burst_and_plateau_sentences_print_what_they_say(capsys, status):
     """user52 findings 8 and 10: the README quotes a plan whose knee passed only as a burst (`burst:`, the
     highest steady pass its answer) and a replica search that stops below its cap (`above-cap:`): each

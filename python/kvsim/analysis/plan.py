@@ -299,6 +299,7 @@ def _search(
     refusals_fail: bool = False,
     unservable: Mapping[int, int] | None = None,
     settling: frozenset[int] = frozenset(),
+    stop_flat: bool = False,
 ) -> PlanResult:
     """Runs `search` round by round: each value becomes (workload, config, extra row columns) by `make`,
     is probed in parallel, and is judged against every SLO. `unservable` (`unservable`): requests every
@@ -306,11 +307,15 @@ def _search(
     its SLOs hold over the rest (a `goodput_fraction` is their share of the rest). `settling`
     (`settling_reasons`): reasons a request is rejected for at every value; after a round with a probe
     that rejected every request for them, no value can serve one and the search stops (`all-rejected`,
-    `PlanResult.settled`)."""
+    `PlanResult.settled`). `stop_flat` (a replica search): after a round where every probe failed and a
+    failed SLO stayed flat at the two highest values without queueing, more cannot help and the search
+    stops (`above-cap`, `PlanResult.plateau`: `kvsim.analysis.plan_plateau.plateau`)."""
     from kvsim.analysis.executors import executor_session
+    from kvsim.analysis.plan_plateau import plateau
 
     rows: list[dict[str, Any]] = []
     status = "probe-limit"
+    flat = ""
     aside = sum((unservable or {}).values())
     settled: dict[int, int] = {}
     with executor_session(executor, workers=workers, scheduler=scheduler) as run:
@@ -406,6 +411,10 @@ def _search(
                 row["wall_s"] = wall
                 rows.append(row)
             round_no += 1
+            flat = plateau(rows, slos, axis, search.cap) if stop_flat and not settled else ""
+            if flat:
+                status = "above-cap"
+                break
     lo, hi = search.bracket()
     value = lo if search.low_ok else hi
     if status in ("above-cap",) and not search.low_ok:
@@ -435,6 +444,7 @@ def _search(
         setup=setup,
         unservable={REJECT_REASONS[k]: n for k, n in sorted((unservable or {}).items())},
         settled={REJECT_REASONS[k]: n for k, n in sorted(settled.items())},
+        plateau=flat,
     )
 
 

@@ -188,6 +188,9 @@ class PlanResult:
             probe overloaded, the queue growing through the run (status `burst`): that knee, which is how
             fast the run drained, not a rate the configuration sustains; `value` is then the highest rate
             that passed in a steady run (`kvsim.analysis.plan.sustained`). None otherwise.
+        plateau: where a replica search stopped below its cap, every count failing with a failed SLO flat
+            at the two highest and no queueing there (a lone request's own latency: status `above-cap`),
+            its message (`kvsim.analysis.plan_plateau.plateau`); else empty.
     """
 
     axis: str
@@ -204,6 +207,7 @@ class PlanResult:
     floor_note: str = ""
     value_words: str = ""  # (what the answer counts, after it: "decode replicas (+ 1 prefill; 5 GPUs)")
     burst_rate: float | None = None
+    plateau: str = ""  # (why an inverse search stopped below its cap: `kvsim.analysis.plan_plateau`)
 
     @property
     def rate(self) -> float | None:
@@ -570,7 +574,8 @@ class PlanResult:
                     "fails", "passes", "replica count" if self.axis == "replicas" else f"{self.axis} value"
                 )
                 + " (max_probes, --max-probes, allows more)",
-                "above-cap": f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
+                "above-cap": self.plateau
+                or f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
             }[self.status]
