@@ -47,44 +47,95 @@ def _knee_probe(workload, config, *, knee: float, overloaded: bool = False) -> d
 
 
 def test_a_rate_that_passed_as_a_burst_says_so(capsys):
-    """The answer's probe ran overloaded by `kvsim run`'s own rule (`queue_growth`): the search flags it
-    (`burst`, the message, the table's `overloaded` column, `--json`), and `kvsim run` at that rate says
-    overloaded too."""
+    """user52 finding 8: the search's knee ran overloaded by `kvsim run`'s own rule (`queue_growth`), so the
+    answer is no knee: status `burst`, the knee kept as `burst_rate` (named a burst in the message), and
+    `value` (and `servable_rate`) the highest rate that passed in a steady run, a rate no overloaded run
+    served less than; `kvsim run` at the knee says overloaded too."""
     argv = ["plan", *BURST, "--requests", "300", *BURST_SLOS]
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["status"] == "converged"
+    assert out["status"] == "burst"
     assert out["burst"] is True
+    knee = out["burst_rate"]
+    assert out["bracket"][0] == knee
+    (at_knee,) = [p for p in out["probes"] if p["rate"] == knee]
+    assert at_knee["overloaded"] is True
+    assert at_knee["passed"] is True
+    assert at_knee["served_rps"] < 0.1 * knee  # (served far below the rate it passed at)
     rate = out["value"]
-    answer = [p for p in out["probes"] if p["rate"] == rate]
-    assert answer
-    assert answer[0]["overloaded"] is True
-    assert answer[0]["passed"] is True
-    assert answer[0]["served_rps"] < 0.1 * rate  # (served far below the rate it "sustains")
-    assert "NOT A STEADY STATE" in out["message"]
+    assert rate is not None
+    assert rate < knee
+    assert out["servable_rate"] == rate  # (nothing set aside: the answer's own rate)
+    (answer,) = [p for p in out["probes"] if p["rate"] == rate]
+    assert answer["passed"] is True
+    assert answer["steady"] is True
+    # The highest steady pass: every probe between it and the knee passed, none in a steady run.
+    between = [p for p in out["probes"] if rate < p["rate"] <= knee]
+    assert between
+    assert all(p["passed"] and p["steady"] is False for p in between)
+    # A rate the configuration sustains: below what every overloaded run served.
+    served = [p["served_rps"] for p in out["probes"] if p["overloaded"]]
+    assert served
+    assert rate < min(served)
+    assert out["steady"] is True
+    assert out["message"].startswith(
+        "highest rate meeting ttft_p99 <= 2 s, tpot_p99 <= 0.1 s in a steady run: "
+    )
+    assert f"the search's knee, {knee:.4g} req/s" in out["message"]
+    assert "passed only as a burst" in out["message"]
     assert "--requests" in out["message"]
     # The same rule as kvsim run's note, on the same run.
     w = make_workload(*parse_workload("sharegpt"), 300, 0)
     cfg = kvsim.SimConfig(model="llama-3.1-70b", gpu="h100-80gb", tensor_parallel_size=4)
-    assert queue_growth(kvsim.simulate(at_rate(w, rate), cfg)) is not None
-    assert main(["run", *BURST, "--requests", "300", "--request-rate", f"{rate}"]) == 0
+    assert queue_growth(kvsim.simulate(at_rate(w, knee), cfg)) is not None
+    assert main(["run", *BURST, "--requests", "300", "--request-rate", f"{knee}"]) == 0
     assert any(line.startswith("note: overloaded: ") for line in capsys.readouterr().out.splitlines())
     assert main(argv) == 0
     text = capsys.readouterr().out.splitlines()
     (header,) = [line for line in text if line.startswith("round")]
     assert header.split()[-1] == "steady"
-    (row,) = [line for line in text if line.split()[1:2] == [f"{rate:.4g}"]]
+    (row,) = [line for line in text if line.split()[1:2] == [f"{knee:.4g}"]]
     assert row.split()[-1] == "NO:overloaded"
-    (last,) = [line for line in text if line.startswith("converged: ")]
-    assert "NOT A STEADY STATE: the run at " in last
+    (last,) = [line for line in text if line.startswith("burst: ")]
+    assert last.startswith(
+        f"burst: highest rate meeting ttft_p99 <= 2 s, tpot_p99 <= 0.1 s in a steady run: {rate:.4g} req/s"
+    )
+    assert not any(line.startswith("converged: ") for line in text)
+
+
+def test_the_users_burst_headline_is_a_sustained_rate(capsys):
+    """user52 finding 8 as reported: 1,000 ShareGPT-like requests on Llama-3.1-8B headlined 1087 req/s
+    (`value`, `servable_rate`, `converged`) from a run that served 63.56; 2,000 headlined 122.6. Both
+    answers are now the highest steady pass, below every overloaded run's served rate, and the burst's
+    knee, which moves with the request count, is only `burst_rate`."""
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "sharegpt",
+            "--slo", "ttft_p99:2s", "--slo", "tpot_p99:50ms", "--workers", "2", "--json"]  # fmt: skip
+    knees = []
+    for n in ("1000", "2000"):
+        assert main([*argv, "--requests", n]) == 0
+        out = json.loads(capsys.readouterr().out)
+        if out["status"] != "burst":  # (a knee the search found in a steady run needs no such answer)
+            assert out["burst"] is False
+            assert out["burst_rate"] is None
+            continue
+        served = min(p["served_rps"] for p in out["probes"] if p["overloaded"])
+        assert out["burst_rate"] > served  # (the old headline: above what the configuration served)
+        assert out["value"] is not None
+        assert out["value"] < served
+        assert out["servable_rate"] == out["value"]
+        knees.append(out["burst_rate"])
+    assert knees  # (the reported case is a burst at 1,000 requests at least)
 
 
 def test_a_steady_answer_has_no_burst_caveat():
-    """Probes whose queue did not grow leave the answer as it was: no flag, no caveat, no column."""
+    """Probes whose queue did not grow leave the answer as it was: no flag, no caveat, no column. Where
+    every run was overloaded (a stand-in probe), the knee is only `burst_rate`: no rate passed in a steady
+    run, so `value` is None and the status `burst`."""
     probe = functools.partial(_knee_probe, knee=5.0)
     r = kvsim.plan(_workload(), kvsim.SimConfig(num_blocks=64), {"ttft_p99": 1.0}, probe=probe, workers=2)
     assert r.status == "converged"
     assert not r.burst
+    assert r.burst_rate is None
     assert "STEADY" not in r.message
     assert "overloaded" not in r.table()
     bursty = kvsim.plan(
@@ -95,9 +146,18 @@ def test_a_steady_answer_has_no_burst_caveat():
         workers=2,
     )
     assert bursty.burst
-    assert bursty.value == r.value
-    assert bursty.message.startswith(r.message)
+    assert bursty.status == "burst"
+    assert bursty.burst_rate == r.value
+    assert bursty.value is None
+    assert bursty.servable_rate is None
+    assert bursty.message.startswith("no rate probed meets ttft_p99 <= 1 s in a steady run")
     assert "NOT A STEADY STATE" in bursty.message
+    assert bursty.to_dict()["burst_rate"] == r.value
+    from kvsim.analysis.plots_plan import plan_finding
+
+    assert plan_finding(bursty).startswith(
+        f"highest steady passing rate none; knee {bursty._fmt(r.value)} passed only as a burst"
+    )
 
 
 # ------------------------------------------------------------------------------------------ compare
@@ -144,13 +204,18 @@ def test_candidates_whose_searches_cannot_be_ordered_tie():
 
 
 def test_no_best_between_bursts():
-    """A best whose answer is a burst decides nothing: `decided` None, `bursts` names it."""
+    """A burst decides nothing: b passed up to 6 req/s only in overloaded runs, so its rate is no steady
+    pass (`value` None, status `burst`) and ranks below a's 5, but nothing shows b's sustained knee below
+    a's, so the two tie and `decided` is None; `bursts` names b."""
     out = _compare({"a": 5.0, "b": 6.0}, bursts=("b",))
-    assert out.best == "b"
-    assert out.bursts == out.unsteady == ["b"]
+    assert out.plans["b"].status == "burst"
+    assert out.plans["b"].value is None
+    assert out.best == "a"
+    assert out.tied == ["a", "b"]
+    assert out.bursts == ["b"]
     assert out.decided is None
     assert out.table.filter(pl.col("candidate") == "b")["burst"].to_list() == [True]
-    assert out.table.filter(pl.col("candidate") == "b")["steady"].to_list() == [False]
+    assert out.table.filter(pl.col("candidate") == "b")["rate"].to_list() == [None]
     steady_best = _compare({"a": 5.0, "b": 6.0}, bursts=("a",))
     assert steady_best.decided == "b"
 

@@ -177,6 +177,29 @@ def test_the_readme_plan_sentence_prints_what_it_says(capsys):
     assert " ".join(answer.split()).endswith(m.group(2).split("...")[-1].strip()), answer
 
 
+@pytest.mark.parametrize("status", ["burst", "above-cap"])
+def test_the_readme_plan_burst_and_plateau_sentences_print_what_they_say(capsys, status):
+    """user52 findings 8 and 10: the README quotes a plan whose knee passed only as a burst (`burst:`, the
+    highest steady pass its answer) and a replica search that stops below its cap (`above-cap:`): each
+    part of the quote between `...` is in the answer's line the command prints now."""
+    import shlex
+
+    from kvsim.cli import main
+    from kvsim.workloads import traces_dir
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(rf"`(kvsim plan [^`]+)` ends `({status}: [^`]+)`", text)
+    assert m, f"the README's {status} sentence"
+    if "mooncake" in m.group(1) and not (traces_dir() / "mooncake").is_dir():
+        pytest.skip("the Mooncake traces are absent")
+    assert main(shlex.split(m.group(1))[1:]) == 0
+    out = capsys.readouterr().out
+    answer = " ".join(next(line for line in out.splitlines() if line.startswith(f"{status}:")).split())
+    for part in m.group(2).split("..."):
+        assert part.strip() in answer, (part, answer)
+    assert answer.endswith(m.group(2).split("...")[-1].strip()), answer
+
+
 def test_the_readme_state_layers_sentence_is_its_runs(capsys):
     """The sentence before the Qwen3-Next example quotes that run's prefix hit rate and, without prefix
     caching, its concurrency and mean TTFT (two of them went stale once, 8.6 % and 17.78x): each is what

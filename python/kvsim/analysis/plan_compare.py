@@ -179,8 +179,10 @@ def _reaches(result: PlanResult, top: float) -> bool:
     """Whether a candidate's search leaves its knee possibly at or above `top` (the best's answer): it
     passed somewhere (a rate) and failed at no rate up to `top` (its bracket's failing end above `top`, or
     none). The searches then cannot order the two (the knees are known only within their brackets, each
-    within the precision): a tie."""
-    if result.value is None:
+    within the precision): a tie. A burst (`PlanResult.burst_rate`, status `burst`) passed at every rate
+    below its knee, the highest in a steady run being `value` or none: its sustained knee is known to lie
+    nowhere below its bracket's failing end, so it reaches `top` as its failing end does."""
+    if result.value is None and result.burst_rate is None:
         return False
     failing = result.bracket[1]
     return failing is None or failing > top

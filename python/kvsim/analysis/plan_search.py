@@ -25,9 +25,11 @@ from kvsim.model.units import fmt_count
 DEFAULT_PRECISION = 0.02
 DEFAULT_MAX_PROBES = 40
 
-STATUSES = ("converged", "probe-limit", "above-cap", "below-floor", "all-rejected")
+STATUSES = ("converged", "probe-limit", "above-cap", "below-floor", "all-rejected", "burst")
 """How a search ended (`PlanResult.status`); `all-rejected` overrides the others where every probe that
-ran rejected every request (`served_none`): the search learned nothing of the axis."""
+ran rejected every request (`served_none`): the search learned nothing of the axis; `burst` replaces
+`converged` or `probe-limit` for a rate search whose knee passed only as a burst (`PlanResult.burst_rate`,
+`kvsim.analysis.plan.sustained`)."""
 
 
 def served_none(probes: pl.DataFrame) -> int | None:
@@ -158,7 +160,8 @@ class PlanResult:
             opposite at the floor), `all-rejected` (every probe that ran rejected every request, so no
             SLO could be judged at any value and the search learned nothing of the axis: `served_none`;
             over the others, which would say the rate lies below the floor or the replicas or memory
-            above the cap).
+            above the cap), `burst` (a rate search whose knee, `burst_rate`, passed only in an overloaded
+            run: `value` is then the highest rate that passed in a steady run, a lower bound, or None).
         slos: the bounds.
         probes: one row per probe in the order run: `round`, the axis (`rate` or the knob), `passed`, one
             column per SLO metric (its value), `rate` (the target rate of knob searches), `completed`,
@@ -181,6 +184,13 @@ class PlanResult:
             settling_reasons`: decided at arrival by the request and one replica's configuration), so that
             no further probe could serve one (status `all-rejected`): that probe's requests by reason; else
             empty.
+        burst_rate: where a rate search's knee (the bracket's passing end) passed only as a burst, its
+            probe overloaded, the queue growing through the run (status `burst`): that knee, which is how
+            fast the run drained, not a rate the configuration sustains; `value` is then the highest rate
+            that passed in a steady run (`kvsim.analysis.plan.sustained`). None otherwise.
+        plateau: where a replica search stopped below its cap, every count failing with a failed SLO flat
+            at the two highest and no queueing there (a lone request's own latency: status `above-cap`),
+            its message (`kvsim.analysis.plan_plateau.plateau`); else empty.
     """
 
     axis: str
@@ -196,6 +206,8 @@ class PlanResult:
     settled: dict[str, int] = field(default_factory=dict)
     floor_note: str = ""
     value_words: str = ""  # (what the answer counts, after it: "decode replicas (+ 1 prefill; 5 GPUs)")
+    burst_rate: float | None = None
+    plateau: str = ""  # (why an inverse search stopped below its cap: `kvsim.analysis.plan_plateau`)
 
     @property
     def rate(self) -> float | None:
@@ -213,7 +225,10 @@ class PlanResult:
         so it passed as a burst that the run ended on before the growing wait broke the SLOs, not at a
         steady state; the answer then grows with the workload's request count (more requests, `--requests`,
         make a run outlast the SLOs). False without an answer, or for a probe that does not say. One of
-        the two ways an answer is not a steady state (`steady`)."""
+        the two ways an answer is not a steady state (`steady`). True too for status `burst`, whose
+        `value` is a steady rate below the burst (`burst_rate`)."""
+        if self.burst_rate is not None:
+            return True
         row = self._answer_row()
         return bool(row is not None and row.get("overloaded"))
 
@@ -295,6 +310,33 @@ class PlanResult:
             "runs long enough"
         )
 
+    def _burst_words(self, slos: str) -> str:
+        """The message of status `burst`: the highest rate that passed in a steady run (`value`, a lower
+        bound, or that none did), then the knee the search found (`burst_rate`) and why it is no answer:
+        its run was overloaded, served at the rate the message quotes."""
+        lo, hi = self.bracket
+        knee, fails = self._fmt2(lo, hi)
+        rows = self.probes.filter(pl.col(self.axis) == lo) if self.axis in self.probes.columns else None
+        row = rows.row(0, named=True) if rows is not None and rows.height else {}
+        done, served = row.get("completed"), row.get("served_rps")
+        what = f"its {done:,} requests" if isinstance(done, int) else "its requests"
+        speed = f" at {served:.4g} req/s" if isinstance(served, float) else ""
+        head = (
+            f"highest rate meeting {slos} in a steady run: {self._fmt(self.value)} (a lower bound: the rates "
+            "probed above it passed only in runs too short or overloaded to tell)"
+            if self.value is not None
+            else f"no rate probed meets {slos} in a steady run (every rate that passed, passed in a run too "
+            "short or overloaded to tell)"
+        )
+        return (
+            f"{head}. NOT A STEADY STATE: the search's knee, {knee}{f' ({fails} fails)' if hi is not None else ''}, "
+            "passed only as a burst: "
+            f"the run there was overloaded ({what} were served{speed}, the queue growing through the run: "
+            "kvsim run's overloaded note), so the configuration does not sustain it, and the knee changes "
+            "with the request count; more requests (--requests) make the runs outlast the SLOs and the "
+            "search find the sustained knee"
+        )
+
     def _decisive_rows(self) -> list[dict[str, Any]]:
         """The probes the answer rests on: the bracket's two ends (the passing one and the failing one
         next to it), those that exist."""
@@ -317,6 +359,8 @@ class PlanResult:
         None when no decisive probe's verdict has an interval (a caller's probe, `normalized_latency`) or
         there is none. True is no proof of a settled answer: the interval takes the requests as
         independent draws, and so is a floor on the uncertainty."""
+        if self.status == "burst":  # (the bracket's ends are the burst's, not what bounds `value`)
+            return None
         flags = [r.get("outside_ci") for r in self._decisive_rows()]
         if any(f is False for f in flags):
             return False
@@ -495,23 +539,27 @@ class PlanResult:
         n = self.probes.height
         flo, fhi = self._fmt2(lo, hi)  # (the bracket's ends, told apart)
         if self.axis == "rate":
-            what = {
-                "converged": f"highest rate meeting {slos}: {flo} (passes; "
-                f"{fhi} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
-                "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
-                + self._open_bracket("passes", "fails", "rate")
-                + " (max_probes, --max-probes, allows more)",
-                "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: at such rates "
-                "the workload's requests arrive nearly at once, so this says the whole run served as one burst "
-                "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
-                "SLOs; or tighten them, or raise max_rate)",
-                "below-floor": f"fails {slos} at every rate probed, down to the floor {self._fmt(hi)}: "
-                + (
-                    self._unloaded_failure()
-                    or self.floor_note
-                    or "no rate meets the SLOs (lower min_rate, or loosen the SLOs)"
-                ),
-            }[self.status]
+            what = (
+                {
+                    "converged": f"highest rate meeting {slos}: {flo} (passes; "
+                    f"{fhi} fails; within {100 * (self.achieved or 0):.2g} % ≤ {100 * self.precision:g} %)",
+                    "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
+                    + self._open_bracket("passes", "fails", "rate")
+                    + " (max_probes, --max-probes, allows more)",
+                    "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: at such rates "
+                    "the workload's requests arrive nearly at once, so this says the whole run served as one burst "
+                    "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
+                    "SLOs; or tighten them, or raise max_rate)",
+                    "below-floor": f"fails {slos} at every rate probed, down to the floor {self._fmt(hi)}: "
+                    + (
+                        self._unloaded_failure()
+                        or self.floor_note
+                        or "no rate meets the SLOs (lower min_rate, or loosen the SLOs)"
+                    ),
+                }[self.status]
+                if self.status != "burst"
+                else self._burst_words(slos)
+            )
         else:
             what = {
                 "converged": f"smallest {self.axis} meeting {slos}: {fhi}"
@@ -526,7 +574,8 @@ class PlanResult:
                     "fails", "passes", "replica count" if self.axis == "replicas" else f"{self.axis} value"
                 )
                 + " (max_probes, --max-probes, allows more)",
-                "above-cap": f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
+                "above-cap": self.plateau
+                or f"fails {slos} at every {self.axis} probed, up to the cap {self._fmt(lo)}",
                 "below-floor": f"passes {slos} at every {self.axis} probed, down to the floor "
                 f"{self._fmt(hi)}",
             }[self.status]
@@ -641,6 +690,7 @@ class PlanResult:
             "status": self.status,
             "monotone": self.monotone,
             "burst": self.burst,
+            "burst_rate": self.burst_rate,
             "steady": self.steady,
             "outside_ci": self.outside_ci,
             "violations": [list(v) for v in self.violations],

@@ -24,6 +24,9 @@ def plan_finding(result: Any) -> str:
     fmt = result._fmt
     if result.status == "all-rejected":  # (no SLO was judged: not "no value met them")
         head = f"no request served at any {result.axis} probed ({result.status})"
+    elif result.status == "burst":  # (the knee passed only as a burst: the steady pass is the answer)
+        steady = fmt(result.value) if result.value is not None else "none"
+        head = f"highest steady passing rate {steady}; knee {fmt(lo)} passed only as a burst (burst)"
     elif result.value is None:
         head = f"no {result.axis} met the SLOs ({result.status})"
     elif result.axis == "rate":
@@ -117,7 +120,13 @@ def draw_plan(ax: Axes, result: Any, slo: Any) -> None:
     _draw_intervals(ax, probes, result.axis, slo, interval)
     ax.axhline(slo.bound, color="black", ls="--", lw=1, label=f"SLO: {slo.label()}")
     if result.value is not None:
-        label = "knee" if result.axis == "rate" else "answer"
+        label = (
+            "highest steady pass"
+            if result.status == "burst"
+            else "knee"
+            if result.axis == "rate"
+            else "answer"
+        )
         ax.axvline(result.value, color="#2b8a3e", lw=1.5, label=f"{label}: {result._fmt(result.value)}")
     for a, b in result.violations[:10]:
         ax.axvspan(min(a, b), max(a, b), color="#f08c00", alpha=0.15, lw=0)

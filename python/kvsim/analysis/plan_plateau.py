@@ -1,0 +1,63 @@
+"""Where a replica search (`kvsim.analysis.plan_smallest.smallest_replicas`) stops below its cap
+(DESIGN.md §Capacity search, "The search"): every count probed fails, and at the two highest a failed SLO
+is the same within 1 % while requests do not wait for each other (queueing p99 at most a tenth of the
+failed latency). The SLO is then missed by a lone request's own latency (a long prompt's prefill on one
+replica), which more replicas do not shorten: the search stops there, status `above-cap`, and says so as
+the rate search's `below-floor` does (`PlanResult._unloaded_failure`). A Mooncake trace on Llama-3.1-8B
+at 6 req/s under `ttft_p99:2s` probed up to 1,024 replicas with TTFT p99 3.44 s from 64 on, queueing 0,
+and ended in a bare "above-cap"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvsim.analysis.plan_slo import SLO
+
+FLAT = 0.01  # the relative change at the two highest counts under which a failed metric is flat
+QUEUED = 0.1  # queueing p99 above this share of the flat latency: requests still wait for each other
+
+
+def plateau(rows: Sequence[Mapping[str, Any]], slos: Sequence[SLO], axis: str, cap: float) -> str:
+    """The message of a replica search that stops below its cap (module docstring), or "" where it
+    goes on: some probe passed, fewer than two counts were probed, no failed SLO is flat at the two
+    highest, the queueing there is unknown (a caller's probe) or not small against the flat latency,
+    or the highest is the cap already (the search ends there anyway)."""
+    ran = [r for r in rows if r.get("refused") is None]
+    if any(r.get("passed") for r in rows) or len(ran) < 2:
+        return ""
+    top = sorted(ran, key=lambda r: r[axis])[-2:]
+    if top[1][axis] >= cap:
+        return ""
+    flat = []
+    for s in slos:
+        a, b = top[0].get(s.metric), top[1].get(s.metric)
+        if a is None or b is None or s.holds(a) or s.holds(b) or abs(b - a) > FLAT * abs(a):
+            continue
+        flat.append((s, b))
+    queued = top[1].get("queueing_s_p99")
+    latencies = [v for s, v in flat if s.upper and s.unit == "s"]
+    if not flat or queued is None or queued > QUEUED * min(latencies, default=0.0):
+        return ""
+    same = all(f"{top[0][s.metric]:.4g}" == f"{v:.4g}" for s, v in flat)
+    counts = f"{'both ' if same else ''}{top[0][axis]:,} and {top[1][axis]:,}"
+    values = " and ".join(
+        f"{s.metric} {top[0][s.metric]:.4g}"
+        + ("" if same else f" and {v:.4g}")
+        + ("" if s.unit == "fraction" else f" {s.unit}")
+        for s, v in flat
+    )
+    wait = f"{queued:.3g} s" if queued >= 1e-9 else "0 s"  # (under a nanosecond: the clock's rounding)
+    missed = ", ".join(s.label() for s, _ in flat)
+    them = "them" if len(flat) > 1 else "it"
+    return (
+        f"fails {', '.join(s.label() for s in slos)} at every {axis} probed, up to {top[1][axis]:,}, where the "
+        f"search stopped below the cap {cap:,.0f}: {values} at {counts} {axis}, the highest probed, where "
+        f"requests do not wait for each other (queueing p99 {wait}): a lone request misses "
+        f"{missed} on one replica, and more replicas do not make it faster, so no "
+        f"{'replica' if axis == 'replicas' else axis} count meets {them} (loosen {them}, or make a request faster: tensor parallelism, another "
+        "GPU, the batch's token budget)"
+    )
+
+
+__all__ = ["FLAT", "QUEUED", "plateau"]
