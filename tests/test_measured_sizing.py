@@ -356,6 +356,8 @@ def test_the_one_request_check_reads_the_measured_blocks_after_warmup_llama_3_1_
         in msg
     )
     assert "Try increasing `gpu_memory_utilization`" not in msg
+    # (kvsim's addition, user52 #2: 51,840 is refused after warmup; the measured blocks hold 38,336)
+    assert "(600 − 1) × 8.0 MiB, hold one request of 38,336 tokens at most, the length that runs" in msg
     with pytest.raises(InvalidArgumentError) as after:
         SimConfig(model="llama-3.1-8b", gpu="l4", max_model_len=51840)
     msg = str(after.value)
@@ -382,7 +384,7 @@ def test_the_one_request_check_reads_the_measured_blocks_after_warmup_llama_3_1_
     out = capsys.readouterr()
     (line,) = out.err.strip().splitlines()
     assert line.startswith(
-        "kvsim run: error: gpu_memory_utilization: model llama-3.1-8b does not fit one request in"
+        "kvsim run: error: argument --max-model-len: model llama-3.1-8b does not fit one request in"
     )
     assert "Maximum concurrency" not in out.out
 

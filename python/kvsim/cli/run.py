@@ -233,9 +233,15 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
     except MeasuredSizingError as exc:
         raise measured_flag_error(exc, flag_of) from None
     except InvalidArgumentError as exc:
-        field = str(exc).split(" ", 1)[0].rstrip(":")
+        field, _, rest = str(exc).partition(" ")
+        field = field.rstrip(":")
         if field in flag_of:
             raise FlagError(f"argument {flag_of[field]}: {exc}") from None
+        if field == "gpu_memory_utilization" and rest.startswith("model "):
+            # (the pool's refusal at the share the user did not give: named by what they gave, as "does not
+            # fit on" is: the context asked for, else the model)
+            blame = "max_model_len" if "max_model_len" in flag_of else "model"
+            raise FlagError(f"argument {flag_of.get(blame, '--model')}: {rest}") from None
         raise
     if refuse_idle:
         _refuse_idle_swap(args, [config], cfg, flag_of)

@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from kvsim.model.auto_fit import AutoFit
 from kvsim.model.layers import KVLayout
 from kvsim.model.measured import MeasuredSizing
 from kvsim.model.memory import StartupFigures
@@ -47,6 +48,8 @@ class PoolSizing:
             0.33.0 checks and kvsim runs), that cannot hold one request of `max_model_len`, or (with a GPU)
             whose blocks with the weights exceed the GPU's memory (vLLM allocates them after the weights and
             fails, CUDA out of memory: `kv_room_bytes`' bound).
+        auto_fit: with `max_model_len` auto, the context fitted to the pool (`kvsim.model.auto_fit.AutoFit`:
+            the model's context, the fitted length, vLLM's lines), else None.
     """
 
     num_blocks: int
@@ -74,6 +77,7 @@ class PoolSizing:
     vllm_refusal: str | None = None
     model_label: str | None = None
     measured: MeasuredSizing | None = None
+    auto_fit: AutoFit | None = None
 
     @property
     def pool_block_size(self) -> int:
