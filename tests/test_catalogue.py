@@ -436,7 +436,7 @@ def test_gpu_flags_describe_a_gpu_as_a_preset_would(capsys):
     preset = _run_json(capsys, [*common, "--gpu", "l40s"])
     flags = [
         "--gpu-memory",
-        str(l40s.memory_bytes),
+        f"{l40s.memory_bytes}B",
         "--gpu-bandwidth",
         "864GB/s",
         "--gpu-tflops",
@@ -451,6 +451,14 @@ def test_gpu_flags_describe_a_gpu_as_a_preset_would(capsys):
     assert described["serving"] == preset["serving"]
     more = _run_json(capsys, [*common, "--gpu", "l40s", "--gpu-memory", "96GiB"])
     assert more["pool_sizing"]["kv_cache_bytes"] > preset["pool_sizing"]["kv_cache_bytes"]
+    # a bare number is a unit forgotten, refused as --gpu-bandwidth refuses one (it was 48 bytes, and the
+    # error blamed --model: user52), with or without the other figures
+    for more in ([], ["--gpu-bandwidth", "864GB/s", "--gpu-tflops", "362"], ["--gpu", "l40s"]):
+        assert main([*common, "--gpu-memory", "48", *more]) == 2
+        assert capsys.readouterr().err.strip() == (
+            "kvsim run: error: argument --gpu-memory: memory '48' is not a size (a number with its unit: 48GiB, "
+            "23034MiB, or bytes as 48B): did you mean 48GiB?"
+        )
     assert main([*common, "--gpu-memory", "48GiB", "--gpu-bandwidth", "fast", "--gpu-tflops", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("kvsim run: error: argument --gpu-bandwidth:"), err
