@@ -262,6 +262,7 @@ def async_note(cfg: Any) -> str | None:
     `SimConfig(async_scheduling=True)` gives); None where the knob is set, or for rules vLLM v1 never
     scheduled asynchronously (another policy, swapping, fork-cow sampling, v0's append check)."""
     from kvsim.errors import InvalidArgumentError
+    from kvsim.model.config_checks import ASYNC_WAY
 
     v1 = (cfg.policy, cfg.preemption, cfg.sampling, cfg.append_check) == (
         "vllm",
@@ -274,7 +275,9 @@ def async_note(cfg: Any) -> str | None:
     try:
         cfg.replace(async_scheduling=True)
     except InvalidArgumentError as exc:
-        return f"scheduling is synchronous here, while {ASYNC_RULE}; kvsim does not model that rule for this run ({exc})"
+        # (the refusal's way forward, "leave async_scheduling unset ...", is where this note stands already)
+        why = str(exc).removesuffix(ASYNC_WAY)
+        return f"scheduling is synchronous here, while {ASYNC_RULE}; kvsim does not model that rule for this run ({why})"
     return (
         f"scheduling is synchronous here, while {ASYNC_RULE}: --async-scheduling runs vLLM's rule (DESIGN.md "
         '§Engine, "Asynchronous scheduling"); --no-async-scheduling is vLLM\'s synchronous deployment'
