@@ -50,6 +50,8 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         )
     if (scheduling := async_note(cfg)) is not None:
         notes.append(scheduling)
+    if (imex := imex_note(cfg)) is not None:
+        notes.append(imex)
     refusal = cfg.pool.vllm_refusal if cfg.pool is not None else None
     if refusal is not None:
         # (a pool in bytes without a GPU, or any pool in blocks: kvsim's experiment, run)
@@ -253,6 +255,33 @@ ASYNC_RULE = (
     "vLLM 0.19.0 and later schedule asynchronously by default (a request arriving during a step is "
     "scheduled a step later than here, a finished request's seat and blocks are free a step later)"
 )
+
+
+def imex_note(cfg: Any) -> str | None:
+    """A disaggregated fleet's pool sizing on CUDA, where vLLM 0.34.0's rule for NIXL without an IMEX channel
+    (`kvsim.model.measured.imex_lines`, its `vllm:` line) decides it: profiled where it was left unset (so
+    not the single replica's measured pool: user52 #6), or measured where it was given, with vLLM's warning
+    (#7); None elsewhere."""
+    from kvsim.model.measured import NO_IMEX
+
+    figures = cfg.pool.figures if cfg.pool is not None else None
+    lines = figures.config_lines if figures is not None else ()
+    if NO_IMEX in lines:
+        return (
+            "--kv-cache-sizing measured with a disaggregated fleet: vLLM 0.34.0 keeps its extensible KV cache on "
+            "when asked, without an IMEX channel too, and warns that KV transfers within a host (NIXL) then fall "
+            "back to TCP while transfers across hosts use RDMA; kvsim's prefill-to-decode link crosses hosts "
+            "(--pd-link-bandwidth unset: the GPU's NIC), the case vLLM recommends it for"
+        )
+    if lines:
+        return (
+            f"the pool is profiled (vLLM 0.33.0's rule, at gpu_memory_utilization {cfg.gpu_memory_utilization:g}), "
+            "not measured after warmup as one replica's is: vLLM 0.34.0 leaves its extensible KV cache off for "
+            "NIXL's connector without an IMEX channel, which kvsim assumes (the vllm: line above); where "
+            "transfers only cross hosts, as kvsim's link does, vLLM's --enable-extensible-kv-cache keeps it on: "
+            "--kv-cache-sizing measured"
+        )
+    return None
 
 
 def async_note(cfg: Any) -> str | None:

@@ -469,6 +469,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         )
         if pool.auto_fit is not None:
             object.__setattr__(self, "max_model_len", pool.auto_fit.fitted)
+        from kvsim.model.measured import with_imex
+
+        given = self._given["kv_cache_sizing"]  # type: ignore[attr-defined]
+        pool = with_imex(pool, self.gpu, self.prefill_replicas > 0, given, self.measured_sizing_on)
         object.__setattr__(self, "_pool", pool)
         object.__setattr__(self, "num_blocks", pool.num_blocks)
         self._check_hybrid()

@@ -346,6 +346,8 @@ class StartupFigures:
         measured_lines: vLLM 0.34.0's lines for a pool sized from measured memory (its warning of a capping
             utilization, "Memory after warmup", and last "Extended KV cache": `kvsim.model.measured.
             MeasuredSizing.lines`), else None.
+        config_lines: what vLLM logs of the configuration before the model loads (the extensible KV cache
+            beside NIXL without an IMEX channel: `kvsim.model.measured.imex_lines`), first.
         fit_lines: `max_model_len` auto's lines (`kvsim.model.auto_fit`): the fit on the available memory,
             and under measured sizing the fit after warmup; empty without auto.
     """
@@ -359,6 +361,7 @@ class StartupFigures:
     v0: V0Startup | None = None
     measured_lines: tuple[str, ...] | None = None
     fit_lines: tuple[str, ...] = ()
+    config_lines: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         """The figures worded as vLLM 0.33.0 logs them: three lines, the KV cache's size and the concurrency
@@ -366,7 +369,7 @@ class StartupFigures:
         on two). A v0 pool's as vLLM v0 logged them (`v0_lines`)."""
         if self.v0 is not None:
             return self.v0_lines(self.v0)
-        out = [f"Model loading took {format_gib(self.model_loading_bytes)} GiB memory"]
+        out = [*self.config_lines, f"Model loading took {format_gib(self.model_loading_bytes)} GiB memory"]
         if self.available_kv_bytes is not None:
             out.append(f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB")
         # (max_model_len auto: vLLM fits it in get_kv_cache_configs, and again after warmup under measured sizing)
