@@ -158,3 +158,18 @@ def test_the_first_refusal_says_the_length_that_runs(capsys):
     )
     assert "the estimated maximum model length is 40576." in err
     assert main([*argv, "--max-model-len", "40576"]) == 0
+
+
+def test_a_sweep_takes_auto_as_a_grid_value(tmp_path, capsys):
+    import polars as pl
+
+    from tests.cli_run_common import SWEEP
+
+    out = tmp_path / "sweep.parquet"
+    base = ["--base", "model=llama-3.1-70b", "--base", "gpu=h100-80gb", "--base", "tensor_parallel_size=2"]
+    argv = [*SWEEP, "--grid", "max_model_len=auto,8192", *base, "--output", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    rows = pl.read_parquet(out).sort("max_model_len", descending=True)
+    assert rows["max_model_len"].to_list() == [40_576, 8_192]
+    assert rows["num_blocks"].to_list() == [635, 635]
