@@ -346,7 +346,7 @@ def test_a_described_gpu_answers_as_the_preset_with_its_numbers(tmp_path):
     l40s = gpus.get("l40s")
     f = tmp_path / "card.toml"
     f.write_text(
-        f'memory = "{l40s.memory_bytes}"\nbandwidth = "864GB/s"\ntflops = 362.05\nfp8_tflops = 733\nlink = "32GB/s"\n'
+        f'memory = "{l40s.memory_bytes}B"\nbandwidth = "864GB/s"\ntflops = 362.05\nfp8_tflops = 733\nlink = "32GB/s"\n'
         'name = "l40s"\n'
     )
     mine = gpus.from_file(f)
@@ -360,6 +360,9 @@ def test_a_described_gpu_answers_as_the_preset_with_its_numbers(tmp_path):
     assert bigger.memory_bytes == 96 * GIB
     for spec, needle in (
         ({"memory": "48GiB", "bandwidth": "864GB/s"}, "needs tflops"),
+        # (text without a unit: a unit forgotten, user52; a count of bytes is pointed to its B)
+        ({"memory": "48", "bandwidth": "864GB/s", "tflops": 1}, "is not a size (.*): did you mean 48GiB"),
+        ({"memory": "47576711168"}, "did you mean 47576711168B"),
         ({"memory": "48GiB", "bandwidth": "fast", "tflops": 1}, "is not a bandwidth"),
         ({"memory": "48GiB", "bandwidth": "1TB/s", "tflops": 1, "colour": "red"}, "unknown key 'colour'"),
     ):
