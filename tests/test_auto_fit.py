@@ -173,3 +173,14 @@ def test_a_sweep_takes_auto_as_a_grid_value(tmp_path, capsys):
     rows = pl.read_parquet(out).sort("max_model_len", descending=True)
     assert rows["max_model_len"].to_list() == [40_576, 8_192]
     assert rows["num_blocks"].to_list() == [635, 635]
+
+
+def test_a_hybrid_model_is_fitted_by_its_groups():
+    """Qwen3-Next (attention and gated-delta-net state groups) on eight L4s: its 262,144-token context does
+    not fit, and the length auto gives is the longest SimConfig takes given (one token more is refused)."""
+    kw = {"model": "qwen3-next-80b-a3b", "gpu": "l4", "tensor_parallel_size": 8}
+    c = SimConfig(max_model_len="auto", **kw)
+    assert c.pool.auto_fit.context == 262_144 > c.max_model_len
+    assert SimConfig(max_model_len=c.max_model_len, **kw).num_blocks == c.num_blocks
+    with pytest.raises(InvalidArgumentError, match="does not fit one request"):
+        SimConfig(max_model_len=c.max_model_len + 1, **kw)
