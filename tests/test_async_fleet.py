@@ -135,7 +135,9 @@ def test_a_fleet_takes_the_knob_and_a_disaggregated_fleet_is_refused():
         kvsim.SimConfig(num_blocks=100, async_scheduling=True, replicas=2, prefill_replicas=1)
     assert str(err.value) == (
         "async_scheduling True is not modelled for a disaggregated fleet (a prefill replica holds a finished "
-        "request's blocks until its transfer ends, outside the rule's frees a step later): prefill_replicas 1"
+        "request's blocks until its transfer ends, outside the rule's frees a step later): prefill_replicas 1; "
+        "leave async_scheduling unset (kvsim then sizes for vLLM's asynchronous default and schedules "
+        "synchronously, as its note says) or set it off (--no-async-scheduling: vLLM's synchronous deployment)"
     )
 
 

@@ -346,7 +346,7 @@ def test_a_described_gpu_answers_as_the_preset_with_its_numbers(tmp_path):
     l40s = gpus.get("l40s")
     f = tmp_path / "card.toml"
     f.write_text(
-        f'memory = "{l40s.memory_bytes}"\nbandwidth = "864GB/s"\ntflops = 362.05\nfp8_tflops = 733\nlink = "32GB/s"\n'
+        f'memory = "{l40s.memory_bytes}B"\nbandwidth = "864GB/s"\ntflops = 362.05\nfp8_tflops = 733\nlink = "32GB/s"\n'
         'name = "l40s"\n'
     )
     mine = gpus.from_file(f)
@@ -360,6 +360,9 @@ def test_a_described_gpu_answers_as_the_preset_with_its_numbers(tmp_path):
     assert bigger.memory_bytes == 96 * GIB
     for spec, needle in (
         ({"memory": "48GiB", "bandwidth": "864GB/s"}, "needs tflops"),
+        # (text without a unit: a unit forgotten, user52; a count of bytes is pointed to its B)
+        ({"memory": "48", "bandwidth": "864GB/s", "tflops": 1}, "is not a size (.*): did you mean 48GiB"),
+        ({"memory": "47576711168"}, "did you mean 47576711168B"),
         ({"memory": "48GiB", "bandwidth": "fast", "tflops": 1}, "is not a bandwidth"),
         ({"memory": "48GiB", "bandwidth": "1TB/s", "tflops": 1, "colour": "red"}, "unknown key 'colour'"),
     ):
@@ -436,7 +439,7 @@ def test_gpu_flags_describe_a_gpu_as_a_preset_would(capsys):
     preset = _run_json(capsys, [*common, "--gpu", "l40s"])
     flags = [
         "--gpu-memory",
-        str(l40s.memory_bytes),
+        f"{l40s.memory_bytes}B",
         "--gpu-bandwidth",
         "864GB/s",
         "--gpu-tflops",
@@ -451,6 +454,14 @@ def test_gpu_flags_describe_a_gpu_as_a_preset_would(capsys):
     assert described["serving"] == preset["serving"]
     more = _run_json(capsys, [*common, "--gpu", "l40s", "--gpu-memory", "96GiB"])
     assert more["pool_sizing"]["kv_cache_bytes"] > preset["pool_sizing"]["kv_cache_bytes"]
+    # a bare number is a unit forgotten, refused as --gpu-bandwidth refuses one (it was 48 bytes, and the
+    # error blamed --model: user52), with or without the other figures
+    for more in ([], ["--gpu-bandwidth", "864GB/s", "--gpu-tflops", "362"], ["--gpu", "l40s"]):
+        assert main([*common, "--gpu-memory", "48", *more]) == 2
+        assert capsys.readouterr().err.strip() == (
+            "kvsim run: error: argument --gpu-memory: memory '48' is not a size (a number with its unit: 48GiB, "
+            "23034MiB, or bytes as 48B): did you mean 48GiB?"
+        )
     assert main([*common, "--gpu-memory", "48GiB", "--gpu-bandwidth", "fast", "--gpu-tflops", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("kvsim run: error: argument --gpu-bandwidth:"), err

@@ -843,4 +843,25 @@ def test_a_default_run_says_its_scheduling_is_synchronous_where_vllms_is_not(cap
     with pytest.raises(kvsim.InvalidArgumentError, match="CPU tier"):  # (what the note quotes)
         kvsim.SimConfig(model="gemma-3-27b", gpu="h100-80gb", kv_offloading_size=8, async_scheduling=True)
     kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=8, async_scheduling=True)
+    # the refusal itself ends with the way forward (user52 #11), which the note, where it already is, leaves out
+    hybrid_tier = [
+        "run",
+        "--model",
+        "gemma-3-27b",
+        "--gpu",
+        "h100-80gb",
+        "--requests",
+        "20",
+        "--kv-offloading-size",
+        "8",
+    ]
+    for argv in (hybrid_tier, [*base, "--replicas", "2", "--prefill-replicas", "1"]):
+        err = _error(capsys, [*argv, "--async-scheduling"])
+        assert err.startswith(
+            "kvsim run: error: argument --async-scheduling: async_scheduling True is not modelled"
+        )
+        assert err.endswith(
+            "; leave async_scheduling unset (kvsim then sizes for vLLM's asynchronous default and schedules "
+            "synchronously, as its note says) or set it off (--no-async-scheduling: vLLM's synchronous deployment)"
+        )
     assert said([*base, "--policy", "orca-max", "--max-model-len", "8192"]) == []

@@ -209,7 +209,7 @@ def test_rocm_keeps_a_3_gib_margin():
 def test_vllm_turns_it_off_where_the_size_is_given():
     """`_resolve_extensible_kv_cache`: `--kv-cache-memory-bytes` or `--num-gpu-blocks-override` given, or on
     ROCm NIXL's connector (a disaggregated fleet): the profiled rule, an unset utilization 0.92; on CUDA a
-    disaggregated fleet is refused (on only with an IMEX channel)."""
+    disaggregated fleet given it keeps it on (vLLM warns of the missing IMEX channel: tests/test_pd_imex.py)."""
     base = {"model": "llama-3.1-8b", "kv_cache_sizing": "measured"}
     kv = SimConfig(gpu="h100-80gb", kv_cache_bytes="20GiB", **base)
     assert (kv.measured_sizing_on, kv.pool.measured, kv.gpu_memory_utilization) == (
@@ -222,9 +222,8 @@ def test_vllm_turns_it_off_where_the_size_is_given():
     assert SimConfig(num_blocks=100, kv_cache_sizing="measured").pool.measured is None
     rocm_pd = SimConfig(gpu="mi300x", prefill_replicas=1, replicas=2, **base)
     assert not rocm_pd.measured_sizing_on
-    # on CUDA it stays on beside NIXL only where the host has an IMEX channel, which kvsim does not know
-    with pytest.raises(InvalidArgumentError, match="IMEX channel"):
-        SimConfig(gpu="h100-80gb", prefill_replicas=1, replicas=2, **base)
+    # on CUDA vLLM keeps it on beside NIXL when asked, with or without an IMEX channel (it warns without one)
+    assert SimConfig(gpu="h100-80gb", prefill_replicas=1, replicas=2, **base).measured_sizing_on
     assert (
         SimConfig(gpu="h100-80gb", prefill_replicas=1, replicas=2, num_blocks=5000, **base).num_blocks == 5000
     )
@@ -271,11 +270,6 @@ def test_a_measured_sizing_that_vllm_turns_off_is_refused_by_name(capsys, extra,
 @pytest.mark.parametrize(
     ("extra", "which", "words"),
     [
-        (
-            ["--prefill-replicas", "1", "--replicas", "2"],
-            "prefill_replicas",
-            "disaggregated fleet (--prefill-replicas)",
-        ),
         (["--pool-null-block", "extra"], "pool_null_block", "--pool-null-block extra (vLLM v0's count)"),
         (
             ["--activation-reserve-bytes", "2GiB"],
@@ -285,11 +279,11 @@ def test_a_measured_sizing_that_vllm_turns_off_is_refused_by_name(capsys, extra,
     ],
 )
 def test_measured_sizings_refusals_spell_the_flags_on_the_cli(capsys, extra, which, words):
-    """A CUDA P/D fleet (and the other knobs measured sizing cannot run with) under `--kv-cache-sizing
-    measured`: `MeasuredSizingError` naming the knob, which `kvsim run` writes as its flags
+    """The knobs measured sizing cannot run with under `--kv-cache-sizing measured` (a CUDA P/D fleet was one
+    until user52 #7: vLLM keeps it on when asked, tests/test_pd_imex.py): `MeasuredSizingError` naming the knob, which `kvsim run` writes as its flags
     (`--kv-cache-sizing profiled`, not SimConfig's `kv_cache_sizing 'profiled'`), on the flag given;
     SimConfig's own words stay its fields'. The defaults (`--preset vllm-0.34` the same) leave the sizing
-    unset, which settles to profiled there, as vLLM 0.34.0 turns its extensible cache off: they run."""
+    unset, which settles to profiled there: they run."""
     from kvsim.cli import main
     from kvsim.errors import MeasuredSizingError
 
@@ -356,6 +350,8 @@ def test_the_one_request_check_reads_the_measured_blocks_after_warmup_llama_3_1_
         in msg
     )
     assert "Try increasing `gpu_memory_utilization`" not in msg
+    # (kvsim's addition, user52 #2: 51,840 is refused after warmup; the measured blocks hold 38,336)
+    assert "(600 − 1) × 8.0 MiB, hold one request of 38,336 tokens at most, the length that runs" in msg
     with pytest.raises(InvalidArgumentError) as after:
         SimConfig(model="llama-3.1-8b", gpu="l4", max_model_len=51840)
     msg = str(after.value)
@@ -382,7 +378,7 @@ def test_the_one_request_check_reads_the_measured_blocks_after_warmup_llama_3_1_
     out = capsys.readouterr()
     (line,) = out.err.strip().splitlines()
     assert line.startswith(
-        "kvsim run: error: gpu_memory_utilization: model llama-3.1-8b does not fit one request in"
+        "kvsim run: error: argument --max-model-len: model llama-3.1-8b does not fit one request in"
     )
     assert "Maximum concurrency" not in out.out
 

@@ -100,8 +100,13 @@ def test_kvsim_run_gives_the_prefill_pool_its_own_config(capsys):
     assert out["prefill_pool"].startswith("pool: ")
     assert "b200" in out["prefill_pool"]
     assert "b200" in out["prefill_time"]
+    # (profiled, as the decode side's: vLLM 0.34.0 keeps NIXL's pools off the extensible KV cache, no IMEX)
+    assert "b200 × 0.92 − " in out["prefill_pool"]
+    assert "measured after warmup" not in out["prefill_pool"]
     cfg = kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", replicas=2, prefill_replicas=1)
-    pre = kvsim.SimConfig(model="llama-3.1-8b", gpu="b200", max_num_batched_tokens=16384)
+    pre = kvsim.SimConfig(
+        model="llama-3.1-8b", gpu="b200", max_num_batched_tokens=16384, kv_cache_sizing="profiled"
+    )
     w = make_workload(*parse_workload("sharegpt:arrival_rate=12"), 120, 0)  # the run's workload
     want = kvsim.simulate_cluster(w, cfg, prefill_config=pre).summary
     assert out["summary"]["ttft_prefill_p50_s"] == pytest.approx(want["ttft_prefill_p50_s"])

@@ -523,8 +523,9 @@ def test_the_refusals_available_memory_is_reconciled_with_the_start_up_line(caps
     # 36 MiB less one 384 KiB block: 35.625 MiB = 0.0348 GiB, which vLLM's two decimals print 0.03
     assert f"{(36 * 2**20 - 384 * 2**10) / 2**30:.2f}" == "0.03"
     assert (
-        "the available memory it checks is the KV memory less one block, the null block: 36.0 MiB − 384.0 KiB "
-        '= 35.6 MiB, below the 0.04 GiB of its "Available KV cache memory" line' in note
+        "the available memory it checks is the KV memory less one block, the null block: 37,748,736 B − 393,216 B "
+        '= 37,355,520 B (0.03 GiB as it prints it), one block below the 0.04 GiB of its "Available KV cache memory" '
+        "line" in note
     )
     assert note.endswith(
         "kvsim runs it because no GPU is named: a pool in bytes without one is no deployment vLLM could start "

@@ -28,7 +28,7 @@ class TimeUnitError(InvalidArgumentError):
 
 class MeasuredSizingError(InvalidArgumentError):
     """`kv_cache_sizing` "measured" beside a knob it cannot run with; `which` is that knob's `SimConfig`
-    name (`pool_null_block`, `prefill_replicas`, `activation_reserve_bytes`), so that a caller can write
+    name (`pool_null_block`, `activation_reserve_bytes`), so that a caller can write
     the refusal in its own spelling (`kvsim.model.config_checks.measured_refusal`: `kvsim run`'s flags).
     Python only."""
 

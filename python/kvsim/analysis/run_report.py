@@ -50,6 +50,8 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
         )
     if (scheduling := async_note(cfg)) is not None:
         notes.append(scheduling)
+    if (imex := imex_note(cfg)) is not None:
+        notes.append(imex)
     refusal = cfg.pool.vllm_refusal if cfg.pool is not None else None
     if refusal is not None:
         # (a pool in bytes without a GPU, or any pool in blocks: kvsim's experiment, run)
@@ -255,6 +257,33 @@ ASYNC_RULE = (
 )
 
 
+def imex_note(cfg: Any) -> str | None:
+    """A disaggregated fleet's pool sizing on CUDA, where vLLM 0.34.0's rule for NIXL without an IMEX channel
+    (`kvsim.model.measured.imex_lines`, its `vllm:` line) decides it: profiled where it was left unset (so
+    not the single replica's measured pool: user52 #6), or measured where it was given, with vLLM's warning
+    (#7); None elsewhere."""
+    from kvsim.model.measured import NO_IMEX
+
+    figures = cfg.pool.figures if cfg.pool is not None else None
+    lines = figures.config_lines if figures is not None else ()
+    if NO_IMEX in lines:
+        return (
+            "--kv-cache-sizing measured with a disaggregated fleet: vLLM 0.34.0 keeps its extensible KV cache on "
+            "when asked, without an IMEX channel too, and warns that KV transfers within a host (NIXL) then fall "
+            "back to TCP while transfers across hosts use RDMA; kvsim's prefill-to-decode link crosses hosts "
+            "(--pd-link-bandwidth unset: the GPU's NIC), the case vLLM recommends it for"
+        )
+    if lines:
+        return (
+            f"the pool is profiled (vLLM 0.33.0's rule, at gpu_memory_utilization {cfg.gpu_memory_utilization:g}), "
+            "not measured after warmup as one replica's is: vLLM 0.34.0 leaves its extensible KV cache off for "
+            "NIXL's connector without an IMEX channel, which kvsim assumes (the vllm: line above); where "
+            "transfers only cross hosts, as kvsim's link does, vLLM's --enable-extensible-kv-cache keeps it on: "
+            "--kv-cache-sizing measured"
+        )
+    return None
+
+
 def async_note(cfg: Any) -> str | None:
     """What a run whose `async_scheduling` is unset (vLLM's default deployment, kvsim's engine synchronous:
     DESIGN.md §Departures) says of its scheduling: that vLLM's default is asynchronous, and whether
@@ -262,6 +291,7 @@ def async_note(cfg: Any) -> str | None:
     `SimConfig(async_scheduling=True)` gives); None where the knob is set, or for rules vLLM v1 never
     scheduled asynchronously (another policy, swapping, fork-cow sampling, v0's append check)."""
     from kvsim.errors import InvalidArgumentError
+    from kvsim.model.config_checks import ASYNC_WAY
 
     v1 = (cfg.policy, cfg.preemption, cfg.sampling, cfg.append_check) == (
         "vllm",
@@ -274,7 +304,9 @@ def async_note(cfg: Any) -> str | None:
     try:
         cfg.replace(async_scheduling=True)
     except InvalidArgumentError as exc:
-        return f"scheduling is synchronous here, while {ASYNC_RULE}; kvsim does not model that rule for this run ({exc})"
+        # (the refusal's way forward, "leave async_scheduling unset ...", is where this note stands already)
+        why = str(exc).removesuffix(ASYNC_WAY)
+        return f"scheduling is synchronous here, while {ASYNC_RULE}; kvsim does not model that rule for this run ({why})"
     return (
         f"scheduling is synchronous here, while {ASYNC_RULE}: --async-scheduling runs vLLM's rule (DESIGN.md "
         '§Engine, "Asynchronous scheduling"); --no-async-scheduling is vLLM\'s synchronous deployment'

@@ -233,9 +233,15 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
     except MeasuredSizingError as exc:
         raise measured_flag_error(exc, flag_of) from None
     except InvalidArgumentError as exc:
-        field = str(exc).split(" ", 1)[0].rstrip(":")
+        field, _, rest = str(exc).partition(" ")
+        field = field.rstrip(":")
         if field in flag_of:
             raise FlagError(f"argument {flag_of[field]}: {exc}") from None
+        if field == "gpu_memory_utilization" and rest.startswith("model "):
+            # (the pool's refusal at the share the user did not give: named by what they gave, as "does not
+            # fit on" is: the context asked for, else the model)
+            blame = "max_model_len" if "max_model_len" in flag_of else "model"
+            raise FlagError(f"argument {flag_of.get(blame, '--model')}: {rest}") from None
         raise
     if refuse_idle:
         _refuse_idle_swap(args, [config], cfg, flag_of)
@@ -287,6 +293,9 @@ def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
     # (the prefill pool is no decode replica of a disaggregated fleet: its config, built apart, has no
     # prefill pool of its own, so SimConfig does not refuse it as one, a CPU tier say)
     merged = {**cfg, **over, "prefill_replicas": 0}
+    # (a replica of the disaggregated fleet all the same: an unset sizing settles as the decode side's does,
+    # profiled, for NIXL's connector, `kvsim.model.measured.unset_sizing`; it settled measured until user52)
+    merged.setdefault("kv_cache_sizing", "profiled")
     resized = "gpu" in over or "tensor_parallel_size" in over or "kv_cache_memory_bytes" in over
     if resized and "num_blocks" not in over:  # the prefill side's pool sized anew, unless given here
         merged.pop("num_blocks", None)
@@ -748,9 +757,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             and not (k == "block_size" and v == config.default_block_size and pool_bs == v)
             # (a sizing knob another overrode, as vLLM lets it: the notes say which one sized the pool)
             and k not in getattr(args, "overridden_knobs", ())
-            # (unset, settled as vLLM 0.34.0 settles them: the pool line says how it was sized)
-            and not (k in ("gpu_memory_utilization", "kv_cache_sizing") and k in config.derived)
+            # (unset, settled as vLLM 0.34.0 settles them: the pool line says how it was sized; but a sizing
+            # settled away from the default's, a disaggregated fleet's profiled pool, is shown: user52)
+            and not (
+                k in ("gpu_memory_utilization", "kv_cache_sizing")
+                and k in config.derived
+                and not (k == "kv_cache_sizing" and config.pool.profiled_why)
+            )
         }
+        if "kv_cache_sizing" in shown and "kv_cache_sizing" in config.derived:
+            shown["kv_cache_sizing"] += " (unset: vLLM 0.34.0's for NIXL without an IMEX channel)"
         # (a size in GiB, as vLLM's flag takes it, with its unit: `kv_offloading_size=64 GiB`, not `=64.0`)
         print(
             "config: "

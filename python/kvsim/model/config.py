@@ -362,7 +362,11 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     def _check_context(self) -> None:
         """vLLM 0.33.0 refuses a `max_model_len` longer than the model's context (`_get_and_verify_max_len`
         in `vllm/config/model.py`) unless `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`: `allow_long_max_model_len`."""
-        if self.model is None or self.max_model_len is None or self.allow_long_max_model_len:
+        if self.max_model_len == -1 and self.model is None:
+            raise InvalidArgumentError(
+                "max_model_len auto (-1) fits the context to a model's KV cache: give model (or a length)"
+            )
+        if self.model is None or self.max_model_len in (None, -1) or self.allow_long_max_model_len:
             return
         from kvsim.model.models import resolve
 
@@ -386,7 +390,8 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         reaches it is refused and an output is cut at it, as a vLLM server does (`_given` keeps it unset,
         so `replace` with another model takes that model's). Without a model (a pool in blocks or bytes,
         kvsim's own experiments) it stays unset: no limit."""
-        if self.max_model_len is None and self.model is not None:
+        if self.max_model_len in (None, -1) and self.model is not None:
+            # (auto, -1: vLLM starts from the model's context too and `_size` fits it, `kvsim.model.auto_fit`)
             object.__setattr__(self, "max_model_len", resolve_model_len(self.model))
 
     def _check_time_fields(self) -> None:
@@ -460,7 +465,14 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             null_block=self.pool_null_block,
             cpu_blocks=self.cpu_blocks,
             kv_cache_sizing="measured" if self.measured_sizing_on else "profiled",
+            auto_fit=self._given["max_model_len"] == -1,  # type: ignore[attr-defined]
         )
+        if pool.auto_fit is not None:
+            object.__setattr__(self, "max_model_len", pool.auto_fit.fitted)
+        from kvsim.model.measured import with_imex
+
+        given = self._given["kv_cache_sizing"]  # type: ignore[attr-defined]
+        pool = with_imex(pool, self.gpu, self.prefill_replicas > 0, given, self.measured_sizing_on)
         object.__setattr__(self, "_pool", pool)
         object.__setattr__(self, "num_blocks", pool.num_blocks)
         self._check_hybrid()
@@ -698,6 +710,15 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         if not isinstance(name, str) or name not in presets:
             raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, presets))}")
         chosen = dict(presets[name])
+        if (
+            name not in ("vllm-latest", "vllm-0.34", "vllm-0.33")
+            and convert("max_model_len", overrides.get("max_model_len")) == -1
+        ):
+            raise InvalidArgumentError(
+                f"max_model_len auto (-1): preset {name!r} is an older vLLM than 0.33.0, whose auto-fit kvsim "
+                "models (vllm-0.33, vllm-latest); kvsim has not read that release's, so it does not guess it: give "
+                "a length"
+            )
         if (
             name == "vllm-v0"
             and overrides.get("model") is not None

@@ -49,13 +49,6 @@ def measured_refusal(which: str, spell: Any = None, source: str = "") -> str:
             f"{measured} is vLLM 0.34.0's (v1's extensible KV cache): {spell.setting('pool_null_block', 'extra')} "
             f"(vLLM v0's count) does not apply; use {profiled}"
         )
-    if which == "prefill_replicas":
-        return (
-            f"{measured} with a disaggregated fleet ({spell.knob('prefill_replicas')}): vLLM 0.34.0 keeps its "
-            "extensible KV cache on beside NIXL's connector only where the host has an IMEX channel "
-            f"(VllmConfig._resolve_extensible_kv_cache), which kvsim does not know: use {profiled} (vLLM's "
-            f"sizing without one), or give {spell.knob('kv_cache_bytes')} or {spell.knob('num_blocks')}"
-        )
     assert which == "activation_reserve_bytes", which
     return (
         f"{measured} keeps the transient activation peak free apart from the memory that stays in use "
@@ -73,6 +66,13 @@ DP_DISAGGREGATED = (
 PD_ASYNC = (
     "is not modelled for a disaggregated fleet (a prefill replica holds a finished request's blocks until "
     "its transfer ends, outside the rule's frees a step later)"
+)
+
+# The way forward the refusals of `async_scheduling` True with a CPU tier or a prefill pool end with (user52):
+# vLLM 0.34.0 runs both asynchronously by default, which kvsim does not model (`run_report` drops it from its note).
+ASYNC_WAY = (
+    "; leave async_scheduling unset (kvsim then sizes for vLLM's asynchronous default and schedules "
+    "synchronously, as its note says) or set it off (--no-async-scheduling: vLLM's synchronous deployment)"
 )
 
 PD_TIER = (
@@ -139,9 +139,6 @@ class ConfigChecks:
             which = (
                 "pool_null_block"
                 if self.pool_null_block == "extra"
-                # (off with a size given and on ROCm: `measured.measured_off`, one rule)
-                else "prefill_replicas"
-                if self.prefill_replicas > 0 and self.gpu is not None and self.measured_sizing_on
                 else "activation_reserve_bytes"
                 if self.activation_reserve_bytes is not None
                 else None
@@ -269,7 +266,9 @@ class ConfigChecks:
         if self.kv_offloading_chunks and layout is not None and not layout.single_full:
             raise InvalidArgumentError(
                 f"{what} is not modelled with a CPU tier beside a hybrid model's KV-cache groups "
-                "(kv_offloading_size; one full-attention group takes it)"
+                f"(kv_offloading_size; one full-attention group takes it){ASYNC_WAY}"
             )
         if self.prefill_replicas:
-            raise InvalidArgumentError(f"{what} {PD_ASYNC}: prefill_replicas {self.prefill_replicas}")
+            raise InvalidArgumentError(
+                f"{what} {PD_ASYNC}: prefill_replicas {self.prefill_replicas}{ASYNC_WAY}"
+            )

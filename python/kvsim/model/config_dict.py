@@ -196,6 +196,8 @@ def _human(name: str, value: Any) -> Any:
     from kvsim.model.units import exact_bytes, exact_duration_ps
 
     kind = KNOBS[name].kind
+    if name == "max_model_len" and value == -1:
+        return "auto"  # (as vLLM's flag takes it: fitted to the KV cache, `kvsim.model.auto_fit`)
     if value is not None and kind == "bytes":
         return exact_bytes(value)
     if value is not None and kind == "duration":

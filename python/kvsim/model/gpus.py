@@ -234,6 +234,20 @@ def from_spec(spec: dict[str, Any], where: str = "gpu", base: Gpu | None = None)
     unknown = sorted(set(spec) - set(SPEC_KEYS))
     if unknown:
         raise InvalidArgumentError(f"{where}: unknown key {unknown[0]!r}; a GPU takes {', '.join(SPEC_KEYS)}")
+    import re
+
+    memory = spec.get("memory")
+    bare = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]*)?)\s*", memory) if isinstance(memory, str) else None
+    if bare:
+        # (as `bandwidth` refuses `864`: text without a unit is a unit forgotten, not bytes; user52)
+        number = bare.group(1)
+        in_bytes = "" if "." in number else f", or bytes as {number}B"
+        # (a count of bytes, 1 MiB or more, means bytes; a small one GiB, as the flag's help writes it)
+        meant = f"{number}B" if float(number.replace("_", "")) >= 2**20 else f"{number}GiB"
+        raise InvalidArgumentError(
+            f"{where}: memory {memory!r} is not a size (a number with its unit: 48GiB, 23034MiB{in_bytes}): did "
+            f"you mean {meant}?"
+        )
     missing = [k for k in ("memory", "bandwidth", "tflops") if spec.get(k) is None]
     if base is None and missing:
         raise InvalidArgumentError(

@@ -421,7 +421,8 @@ KNOBS: dict[str, Knob] = {
         "int",
         "longest prompt + output (a prompt that reaches it is refused, an output cut at it); static "
         "reserves this much per request; unset: the model's context, as vLLM's --max-model-len, or no "
-        "limit without a model; vLLM's 32k (32,000) and 32K (32,768) too",
+        "limit without a model; vLLM's 32k (32,000), 32K (32,768), and -1 or auto (its auto-fit: the longest "
+        "whose request the KV cache holds, up to the model's context)",
         lo=1,
         hi=MAX_TOKENS,
         optional=True,

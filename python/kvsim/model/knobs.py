@@ -90,6 +90,13 @@ def _integer(name: str, value: Any) -> int:
     raise _fail(name, value, "must be an integer")
 
 
+def _auto(value: Any) -> bool:
+    """`max_model_len`'s auto-fit, as vLLM's parser reads it: -1, or the text `-1` or `auto` (any case)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("-1", "auto")
+    return isinstance(value, int) and not isinstance(value, bool) and value == -1
+
+
 def convert(name: str, value: Any) -> Any:
     """`value` checked and converted for knob `name` (the rule `SimConfig` applies at entry).
 
@@ -163,6 +170,8 @@ def convert(name: str, value: Any) -> Any:
 
         if isinstance(value, bool):
             raise _fail(name, value, "must be an integer, not a boolean")
+        if name == "max_model_len" and _auto(value):
+            return -1  # (vLLM's `human_readable_int_or_auto`: auto-fit, `kvsim.model.auto_fit`)
         if k.kind == "bytes" and isinstance(value, str):
             v = parse_bytes(name, value)
         elif k.kind == "duration" and isinstance(value, str):
@@ -172,7 +181,8 @@ def convert(name: str, value: Any) -> Any:
         else:
             v = _integer(name, value)
         if (k.lo is not None and v < k.lo) or (k.hi is not None and v > k.hi):
-            raise _fail(name, value, f"must be between {k.lo:.0f} and {k.hi:.0f}")
+            auto = " (or -1 or 'auto': the longest that fits the KV cache)" if name == "max_model_len" else ""
+            raise _fail(name, value, f"must be between {k.lo:.0f} and {k.hi:.0f}{auto}")
         return v
     if k.kind == "model":
         from kvsim.model.models import Model, resolve

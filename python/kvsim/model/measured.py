@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from kvsim.model.layer_types import KVLayout
 from kvsim.model.memory import NonKV, format_gib
@@ -110,6 +111,53 @@ def unset_sizing(
     if off is not None or disaggregated or v0_pool or activation_reserve:
         return "profiled"
     return "measured"
+
+
+# vLLM 0.34.0's lines for NIXL's connector (a disaggregated fleet) on CUDA without an IMEX channel, which kvsim
+# assumes (`VllmConfig._resolve_extensible_kv_cache`, `vllm/config/vllm.py` ~3247-3267): the info line where it
+# turns an unset extensible KV cache off, and the warning where one asked for stays on.
+IMEX_OFF = (
+    "Extensible KV cache off: without an IMEX channel, KV transfers within a host (e.g. NIXL) would lose NVLink "
+    "and fall back to RDMA or TCP. If transfers only cross hosts, pass --enable-extensible-kv-cache."
+)
+NO_IMEX = (
+    "No IMEX channel: with the extensible KV cache, KV transfers within a host (e.g. NIXL) fall back to TCP. "
+    "Transfers across hosts use RDMA."
+)
+PD_PROFILED = "profiled: vLLM 0.34.0 keeps the extensible KV cache off for NIXL without an IMEX channel"
+
+
+def imex_lines(
+    *, disaggregated: bool, rocm: bool, off: str | None, given: str | None, on: bool
+) -> tuple[str, ...]:
+    """vLLM 0.34.0's line on the extensible KV cache beside NIXL on CUDA without an IMEX channel: `IMEX_OFF`
+    where `kv_cache_sizing` was left unset and settled "profiled", `NO_IMEX` where measured sizing is `on`;
+    none without a prefill pool, on ROCm or where another rule turns it off first (`off`, `measured_off`)."""
+    if not disaggregated or rocm or off is not None:
+        return ()
+    if on:
+        return (NO_IMEX,)
+    return (IMEX_OFF,) if given is None else ()
+
+
+def with_imex(pool: Any, gpu: Any, disaggregated: bool, given: str | None, on: bool) -> Any:
+    """`pool` (a `PoolSizing`) with vLLM 0.34.0's line on the extensible KV cache beside NIXL (`imex_lines`,
+    first among its start-up lines) and, where that left it off, why its line says profiled (`PD_PROFILED`);
+    `given`: `kv_cache_sizing` as given, `on`: whether measured sizing is on (`SimConfig._size`)."""
+    import dataclasses
+
+    from kvsim.model.gpus import is_rocm
+    from kvsim.model.gpus import resolve as resolve_gpu
+
+    if pool.figures is None or pool.source != "gpu":
+        return pool
+    rocm = is_rocm(resolve_gpu(gpu).arch)
+    off = measured_off(kv_cache_bytes=False, num_blocks=False, rocm=rocm, disaggregated=disaggregated)
+    lines = imex_lines(disaggregated=disaggregated, rocm=rocm, off=off, given=given, on=on)
+    if not lines:
+        return pool
+    figures = dataclasses.replace(pool.figures, config_lines=lines)
+    return dataclasses.replace(pool, figures=figures, profiled_why=None if on else PD_PROFILED)
 
 
 @dataclass(frozen=True)
@@ -250,16 +298,21 @@ def measure(
 
 
 __all__ = [
+    "IMEX_OFF",
     "MARGIN_FLOOR_BYTES",
     "MARGIN_FLOOR_BYTES_ROCM",
     "MARGIN_FRACTION",
     "MEASURED_GPU_MEMORY_UTILIZATION",
+    "NO_IMEX",
+    "PD_PROFILED",
     "PROFILED_GPU_MEMORY_UTILIZATION",
     "SIZINGS",
     "MeasuredSizing",
+    "imex_lines",
     "measure",
     "measure_kv_cache_bytes",
     "measured_off",
     "resolved_gpu_memory_utilization",
     "unset_sizing",
+    "with_imex",
 ]

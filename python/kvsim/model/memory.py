@@ -346,6 +346,10 @@ class StartupFigures:
         measured_lines: vLLM 0.34.0's lines for a pool sized from measured memory (its warning of a capping
             utilization, "Memory after warmup", and last "Extended KV cache": `kvsim.model.measured.
             MeasuredSizing.lines`), else None.
+        config_lines: what vLLM logs of the configuration before the model loads (the extensible KV cache
+            beside NIXL without an IMEX channel: `kvsim.model.measured.imex_lines`), first.
+        fit_lines: `max_model_len` auto's lines (`kvsim.model.auto_fit`): the fit on the available memory,
+            and under measured sizing the fit after warmup; empty without auto.
     """
 
     model_loading_bytes: int
@@ -356,6 +360,8 @@ class StartupFigures:
     num_blocks: int
     v0: V0Startup | None = None
     measured_lines: tuple[str, ...] | None = None
+    fit_lines: tuple[str, ...] = ()
+    config_lines: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         """The figures worded as vLLM 0.33.0 logs them: three lines, the KV cache's size and the concurrency
@@ -363,13 +369,16 @@ class StartupFigures:
         on two). A v0 pool's as vLLM v0 logged them (`v0_lines`)."""
         if self.v0 is not None:
             return self.v0_lines(self.v0)
-        out = [f"Model loading took {format_gib(self.model_loading_bytes)} GiB memory"]
+        out = [*self.config_lines, f"Model loading took {format_gib(self.model_loading_bytes)} GiB memory"]
         if self.available_kv_bytes is not None:
             out.append(f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB")
+        # (max_model_len auto: vLLM fits it in get_kv_cache_configs, and again after warmup under measured sizing)
+        out.extend(self.fit_lines[:1])
         if self.measured_lines is not None:
             # vLLM 0.34.0's measured sizing (`kvsim.model.measured`): the available memory above is the
             # reservation; the worker logs the measurement, the engine the blocks, then the extension
             out.extend(self.measured_lines[:-1])
+        out.extend(self.fit_lines[1:])
         out.append(
             f"GPU KV cache size: {self.kv_cache_tokens:,} tokens, Maximum concurrency for {self.max_model_len:,} "
             f"tokens per request: {self.max_concurrency:.2f}x"

@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from kvsim.model.auto_fit import AutoFit
 from kvsim.model.layers import KVLayout
 from kvsim.model.measured import MeasuredSizing
 from kvsim.model.memory import StartupFigures
@@ -47,6 +48,10 @@ class PoolSizing:
             0.33.0 checks and kvsim runs), that cannot hold one request of `max_model_len`, or (with a GPU)
             whose blocks with the weights exceed the GPU's memory (vLLM allocates them after the weights and
             fails, CUDA out of memory: `kv_room_bytes`' bound).
+        profiled_why: why a pool from a GPU is profiled where vLLM 0.34.0's default measures
+            (`kvsim.model.measured.PD_PROFILED`), said on its line; else None.
+        auto_fit: with `max_model_len` auto, the context fitted to the pool (`kvsim.model.auto_fit.AutoFit`:
+            the model's context, the fitted length, vLLM's lines), else None.
     """
 
     num_blocks: int
@@ -74,6 +79,8 @@ class PoolSizing:
     vllm_refusal: str | None = None
     model_label: str | None = None
     measured: MeasuredSizing | None = None
+    auto_fit: AutoFit | None = None
+    profiled_why: str | None = None
 
     @property
     def pool_block_size(self) -> int:
@@ -144,7 +151,8 @@ class PoolSizing:
                     others += f" − {fmt_bytes(self.cudagraph_bytes)} CUDA graphs"
             why = (
                 f"{self.gpu} × {self.gpu_memory_utilization:.2f} − {fmt_bytes(self.weight_bytes)} weights − "
-                f"{fmt_bytes(self.activation_reserve_bytes)} activations{others}; {per_token}{tp}"
+                f"{fmt_bytes(self.activation_reserve_bytes)} activations{others}"
+                f"{f' ({self.profiled_why})' if self.profiled_why else ''}; {per_token}{tp}"
             )
             if self.measured is not None:  # (vLLM 0.34.0's sizing: `kvsim.model.measured`)
                 assert self.gpu is not None
@@ -173,8 +181,9 @@ class PoolSizing:
         out = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in ("layout", "figures", "measured")
+            if f.name not in ("layout", "figures", "measured", "auto_fit")
         }
+        out["auto_fit"] = None if self.auto_fit is None else dataclasses.asdict(self.auto_fit)
         out["measured"] = None if self.measured is None else dataclasses.asdict(self.measured)
         # (the pool's block size, what each block holds; the one given beside it, which a state layer may
         # have raised: a 576-token pool once read "block_size": 16)

@@ -34,6 +34,7 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import dsa
+from kvsim.model.auto_fit import AutoFit, first_fit, refit
 from kvsim.model.collectives import sequence_parallel_replicated
 from kvsim.model.gpus import Gpu, datacenter_blackwell, is_rocm, sm_capability
 from kvsim.model.gpus import resolve as get_gpu
@@ -62,6 +63,7 @@ from kvsim.model.sizing_checks import (
     check_kv_cache_bytes_fit,
     check_one_request,
     extensible_hint,
+    measured_length,
     measured_refusal,
     one_request_refusal,
     past_the_gpu,
@@ -166,6 +168,7 @@ def size_pool(
     null_block: str = "within",
     cpu_blocks: int = 0,
     kv_cache_sizing: str = "profiled",
+    auto_fit: bool = False,
 ) -> PoolSizing:
     """The pool of a configuration: `num_blocks` if given, else from `kv_cache_bytes`, else from the GPU.
 
@@ -180,7 +183,9 @@ def size_pool(
     resolves where vLLM turns it off; an unset `gpu_memory_utilization` is then 1.0, else 0.92:
     `kvsim.model.measured.resolved_gpu_memory_utilization`). `in_flight_batches` (vLLM's `max_concurrent_batches`: 2 with
     async scheduling, 1 without) bounds a sliding-window or chunked-local group's blocks per request.
-    With a model the result carries vLLM's four start-up figures (`PoolSizing.figures`).
+    With a model the result carries vLLM's four start-up figures (`PoolSizing.figures`). `auto_fit`
+    (`max_model_len` auto, `max_model_len` then the model's context): the context is cut to the longest
+    whose request the pool holds, as vLLM fits it (`kvsim.model.auto_fit`; `PoolSizing.auto_fit`).
 
     The keyword defaults of `cudagraph_capture_grid` ("shared"), `sparse_mla_shard_q` (False) and
     `kv_cache_sizing` ("profiled") are vLLM 0.33.0's rules, not `SimConfig`'s (0.34.0's: "split", True,
@@ -275,6 +280,21 @@ def size_pool(
     context = max_model_len if max_model_len is not None else (m.max_model_len if m else 0)
     # vLLM's VllmConfig.max_in_flight_tokens: two batches with async scheduling (its default), one without
     in_flight = in_flight_batches * max_num_batched_tokens
+    fit_lines: list[str] = []  # (max_model_len auto: vLLM's line for each fit, `kvsim.model.auto_fit`)
+    start = context
+
+    def fit(room: int, *, extensible: bool = False) -> int:
+        """max_model_len auto's first fit over `room` (the KV memory less the null block), else `context`."""
+        if not auto_fit or layout is None:
+            return context
+        length, line = first_fit(
+            room, layout, context, in_flight, gpu_memory_utilization, extensible=extensible
+        )
+        fit_lines.append(line)
+        return length
+
+    def fitted() -> AutoFit | None:
+        return AutoFit(start, context, tuple(fit_lines)) if fit_lines else None
 
     def figures(
         vllm_blocks: int, available: int | None, profile: V0Startup | None = None
@@ -285,7 +305,14 @@ def size_pool(
         # (a v0 pool, all of its blocks usable: v0's start-up lines, with its memory profile from a GPU)
         v0 = (profile or V0Startup(block_size, cpu_blocks)) if null_block == "extra" else None
         return StartupFigures(
-            m.loaded_bytes, available, int(concurrency * context), context, concurrency, vllm_blocks, v0
+            m.loaded_bytes,
+            available,
+            int(concurrency * context),
+            context,
+            concurrency,
+            vllm_blocks,
+            v0,
+            fit_lines=tuple(fit_lines),
         )
 
     nonkv = None
@@ -314,6 +341,7 @@ def size_pool(
             # paper's and the tests' small pools) and keeps vLLM's refusal for its report (DESIGN.md
             # §Defaults and sizing, "vLLM's refusals"). v0 (`null_block` "extra") checked its N blocks whole.
             vllm_bytes = pool_num_blocks(num_blocks, null_block) * layout.bytes_per_block
+            context = fit(vllm_bytes - layout.bytes_per_block)
             refusal = one_request_refusal(vllm_bytes, m, layout, context, in_flight, "num_blocks")
             room = common["kv_room_bytes"]
             alloc = num_blocks * layout.bytes_per_block
@@ -341,6 +369,7 @@ def size_pool(
             figures=figures(num_blocks, available),
             null_block=null_block,
             vllm_refusal=refusal,
+            auto_fit=fitted(),
             **common,
         )
     if m is None:
@@ -350,6 +379,7 @@ def size_pool(
     assert layout is not None
     if kv_cache_bytes is not None:
         refusal = None
+        context = fit(kv_cache_bytes - layout.bytes_per_block)
         if g is not None:
             check_kv_cache_bytes_fit(kv_cache_bytes, m, g, common["kv_room_bytes"])
             # vLLM checks `--kv-cache-memory-bytes` as it checks the memory it profiles (GPUWorker's
@@ -367,6 +397,7 @@ def size_pool(
             figures=figures(blocks - (null_block == "extra"), kv_cache_bytes),
             null_block=null_block,
             vllm_refusal=refusal,
+            auto_fit=fitted(),
             **common,
         )
     if g is None:
@@ -392,10 +423,22 @@ def size_pool(
     # (measured: vLLM 0.34.0 checks the reservation first, in `get_kv_cache_configs`, with the extensible
     # cache's hint, and again the measured blocks after warmup, `shrink_kv_cache_configs`: `measured_refusal`)
     extensible = gpu_memory_utilization if kv_cache_sizing == "measured" and not nonkv.measured else None
-    check_one_request(kv, m, layout, context, in_flight, "gpu_memory_utilization", extensible=extensible)
+    context = fit(kv - layout.bytes_per_block, extensible=extensible is not None)
     measured = None
     if extensible is not None:
         measured = measure(g.memory_bytes, gpu_memory_utilization, m.loaded_bytes, nonkv, kv, layout, rocm)
+    reason = one_request_refusal(
+        kv, m, layout, context, in_flight, "gpu_memory_utilization", extensible=extensible
+    )
+    if reason is not None:
+        # (measured: what kvsim knows beyond vLLM's first refusal, the length the measured blocks hold)
+        after = measured_length(measured, layout, context, in_flight) if measured is not None else ""
+        raise InvalidArgumentError(f"gpu_memory_utilization: {reason}{after}")
+    if measured is not None:
+        if fit_lines:  # (max_model_len auto: fitted again to the measured blocks less the null block)
+            room = (measured.vllm_blocks - 1) * layout.bytes_per_block
+            context, line = refit(room, layout, context, in_flight, gpu_memory_utilization)
+            fit_lines.append(line)
         refusal = measured_refusal(measured, m, layout, context, in_flight, gpu_memory_utilization)
         if refusal is not None:
             raise InvalidArgumentError(f"gpu_memory_utilization: {refusal}")
@@ -431,6 +474,7 @@ def size_pool(
         figures=sized,
         null_block=null_block,
         measured=measured,
+        auto_fit=fitted(),
         **common,
     )
 

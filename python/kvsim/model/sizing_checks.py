@@ -53,7 +53,7 @@ def extensible_hint(utilization: float, *, after_warmup: bool) -> str:
     )
 
 
-def _longest(room: int, layout: KVLayout, context: int, in_flight: int) -> int:
+def longest(room: int, layout: KVLayout, context: int, in_flight: int) -> int:
     """vLLM's `estimate_max_model_len`: the longest context up to `context` whose request fits `room` bytes
     (its binary search), 0 where one token does not."""
     bpb = layout.bytes_per_block
@@ -102,7 +102,7 @@ def one_request_refusal(
     needed = layout.blocks_per_request(context, in_flight) * bpb
     if needed <= room:
         return None
-    words = _too_little(room, needed, context, _longest(room, layout, context, in_flight))
+    words = _too_little(room, needed, context, longest(room, layout, context, in_flight))
     if extensible is not None:
         return (
             f"model {m.name} does not fit one request: {words}{extensible_hint(extensible, after_warmup=False)} "
@@ -112,7 +112,26 @@ def one_request_refusal(
     return (
         f"model {m.name} does not fit one request: {words}Try increasing `gpu_memory_utilization` or "
         f"decreasing `max_model_len` (vLLM's refusal; {_checked(kv, bpb, knob)}; "
-        f"{one_request_hint(knob, needed + bpb)}kvsim's --max-model-len sets the context)"
+        f"{one_request_hint(knob, needed + bpb)}kvsim's --max-model-len sets the context, and auto fits it)"
+    )
+
+
+def measured_length(measured: MeasuredSizing, layout: KVLayout, context: int, in_flight: int) -> str:
+    """What kvsim adds to vLLM 0.34.0's refusal before warmup (`one_request_refusal` under measured sizing),
+    whose estimate vLLM's check after warmup refuses in turn (`measured_refusal`): the longest context the
+    measured blocks less the null block hold, the length that runs, or that none does."""
+    n = measured.vllm_blocks
+    bpb = layout.bytes_per_block
+    runs = longest((n - 1) * bpb, layout, context, in_flight) if n > 1 else 0
+    if runs <= 0:
+        return (
+            f" kvsim knows what vLLM checks next: the {n:,} blocks measured after warmup leave none beside the "
+            "null block, so no length runs (more memory for the model: more GPUs, or a larger GPU)."
+        )
+    return (
+        f" kvsim knows what vLLM checks next: after warmup the measured blocks less the null block, ({n:,} − 1) "
+        f"× {fmt_bytes(bpb)}, hold one request of {runs:,} tokens at most, the length that runs "
+        f"(--max-model-len {runs}; a longer one is refused then), or --max-model-len auto fits it."
     )
 
 
@@ -147,7 +166,7 @@ def measured_refusal(
     needed = layout.blocks_per_request(context, in_flight) * bpb
     if needed <= room:
         return None
-    words = _too_little(room, needed, context, _longest(room, layout, context, in_flight))
+    words = _too_little(room, needed, context, longest(room, layout, context, in_flight))
     return (
         f"model {m.name} does not fit one request in the blocks measured after warmup: {words}{hint} "
         "Decreasing `max_model_len` also reduces what is needed. (vLLM 0.34.0's refusal after warmup, once it "
@@ -161,10 +180,11 @@ def _checked(kv: int, bpb: int, knob: str) -> str:
     it (0.03 GiB beside 0.04 for 36 MiB of 384 KiB blocks: newcomer46); an override's is its blocks'."""
     if knob == "num_blocks":
         return f"the available memory it checks is the override's blocks less one, the null block: {fmt_bytes(kv - bpb)}"
+    # (to the byte, so the subtraction reads true at any size: 9.5 GiB − 10.0 MiB = 9.4 GiB, below 9.45, did not)
     return (
-        f"the available memory it checks is the KV memory less one block, the null block: {fmt_bytes(kv)} − "
-        f'{fmt_bytes(bpb)} = {fmt_bytes(kv - bpb)}, below the {format_gib(kv)} GiB of its "Available KV cache '
-        'memory" line'
+        f"the available memory it checks is the KV memory less one block, the null block: {kv:,} B − {bpb:,} B = "
+        f"{kv - bpb:,} B ({format_gib(kv - bpb)} GiB as it prints it), one block below the {format_gib(kv)} GiB of "
+        'its "Available KV cache memory" line'
     )
 
 
@@ -209,6 +229,8 @@ __all__ = [
     "check_kv_cache_bytes_fit",
     "check_one_request",
     "extensible_hint",
+    "longest",
+    "measured_length",
     "measured_refusal",
     "one_request_hint",
     "one_request_refusal",
