@@ -33,6 +33,7 @@ from kvsim.analysis.sweep import (
     toml_int,
     toml_value,
 )
+from kvsim.cli.block_backend import backend_block_note, backend_block_refusal
 from kvsim.cli.flags import _BARE, GPU_FLAGS, FlagError
 from kvsim.cli.refusals import (
     _overridden_sizing,
@@ -40,6 +41,7 @@ from kvsim.cli.refusals import (
     _refuse_idle_model_knobs,
     _refuse_idle_swap,
     _refuse_modelless_knobs,
+    given_where,
     measured_flag_error,
 )
 from kvsim.errors import InvalidArgumentError, MeasuredSizingError, TimeUnitError, TraceFormatError
@@ -556,31 +558,15 @@ def block_size_note(config: Any) -> str | None:
     )
 
 
-def backend_block_size_note(config: Any, who: str = "") -> str | None:
-    """A note where the block size given with a model on a GPU is one vLLM 0.33.0 and 0.34.0 cannot serve: their
-    `CacheConfig.block_size` takes any positive size (`vllm/config/cache.py`), but it then picks an attention
-    backend that supports the size (`AttentionBackend.supports_block_size`, `vllm/v1/attention/backend.py`), and
-    every GPU backend for a model without MLA takes only multiples of 16 (`get_supported_kernel_block_sizes`:
-    FlashAttention, Triton and FlexAttention `MultipleOf(16)`, FlashInfer 16, 32 or 64), so `vllm serve` stops at
-    start-up ("No valid attention backend found"). An MLA model gets no note: its Triton MLA backend
-    (`vllm/v1/attention/backends/mla/triton_mla.py`, which defines no `get_supported_kernel_block_sizes`)
-    keeps the base class's `MultipleOf(1)`, any size, where
-    the others take 64 (FlashMLA), 128 (CUTLASS MLA) or 32 and 64 (FlashInfer MLA). kvsim runs the size as
-    asked (a simulator's experiment: the paper's block-size study, the tests' small blocks); None otherwise.
-    `who` names the replicas in the note (`"prefill replicas' "` for `--prefill-config`'s)."""
-    from kvsim.model.models import resolve
-
-    asked = config._given.get("block_size")
-    if asked is None or config.model is None or config.gpu is None:
-        return None
-    used = config.pool.pool_block_size  # (a state layer's raise, `block_size_note`, may make it a multiple)
-    if used % 16 == 0 or resolve(config.model).is_mla:
-        return None
-    return (
-        f"{who}block size {used}: vLLM 0.33.0 and 0.34.0 start no attention backend on a GPU for it (each "
-        'takes multiples of 16 only: it stops with "No valid attention backend found"); kvsim runs it as asked, '
-        "as an experiment, not a deployment vLLM serves"
-    )
+def _refuse_backend_block(args: argparse.Namespace, config: Any, prefill: Any) -> None:
+    """Refuses a block size given with a model on a GPU that no attention backend of vLLM 0.33.0 or 0.34.0 takes
+    (`kvsim.cli.block_backend`): the replicas' own, then the prefill replicas' (`--prefill-config`) where theirs
+    is their own."""
+    why = backend_block_refusal(config, args.preset, given_where(args)("block_size"))
+    if why is None and prefill is not None and prefill.block_size != config.block_size:
+        why = backend_block_refusal(prefill, args.preset, "argument --prefill-config: block_size")
+    if why is not None:
+        raise FlagError(why)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -603,6 +589,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     save_dir = _save_dir_from_args(args)
     config = _config_from_args(args, data)
     _refuse_idle_knobs(args, config, getattr(args, "prefill_sim_config", None))
+    _refuse_backend_block(args, config, getattr(args, "prefill_sim_config", None))
     notes: list[str] = list(getattr(args, "sizing_notes", []))
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")
@@ -648,11 +635,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if calibrated_on is not None:
         notes.append(calibrated_on)
     prefill_cfg = getattr(args, "prefill_sim_config", None)
-    for note in (block_size_note(config), backend_block_size_note(config)):
+    for note in (block_size_note(config), backend_block_note(config, args.preset)):
         if note is not None:
             notes.append(note)
     if prefill_cfg is not None and prefill_cfg.block_size != config.block_size:  # (its own, not inherited)
-        note = backend_block_size_note(prefill_cfg, "prefill replicas' ")
+        note = backend_block_note(prefill_cfg, args.preset, "prefill replicas' ")
         if note is not None:
             notes.append(note)
     out = {
