@@ -47,6 +47,7 @@ from kvsim.cli.refusals import (
 from kvsim.errors import InvalidArgumentError, MeasuredSizingError, TimeUnitError, TraceFormatError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+from kvsim.model.models import transformers_backend_note
 from kvsim.model.units import fmt_count
 from kvsim.workloads.registry import format_value, trace_file_hint
 
@@ -631,6 +632,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         notes.extend(data_parallel_notes(result))
         notes.extend(herd_notes(result))
     notes.extend(encoder_notes(config))
+    backend_note = transformers_backend_note(config.model)
+    if backend_note is not None:
+        notes.append(backend_note)
     calibrated_on = config.calibration_note()
     if calibrated_on is not None:
         notes.append(calibrated_on)
