@@ -636,6 +636,10 @@ def test_a_block_size_no_gpu_backend_takes_is_refused_with_a_model_on_a_gpu(caps
             == 0
         )
         assert "start no attention backend" not in capsys.readouterr().out
+    # kvsim plan refuses it as kvsim run does.
+    plan = ["plan", "--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--requests", "5"]
+    err = _error(capsys, [*plan, "--model", "llama-3.1-8b", "--gpu", "h200", "--block-size", "8"])
+    assert err.startswith(f"kvsim plan: error: argument --block-size: block size 8: {said}"), err
     # The run file's field is named as such.
     run_file = tmp_path / "run.toml"
     run_file.write_text('[config]\nmodel = "llama-3.1-8b"\ngpu = "h200"\nblock_size = 8\n')

@@ -266,6 +266,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
             "argument --prefill-config: the prefill replicas' config, but this run has no prefill pool: give "
             "--prefill-replicas N (a disaggregated fleet) or drop the flag"
         )
+    _refuse_backend_block(args, config, args.prefill_sim_config)
     return config
 
 
@@ -602,7 +603,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     save_dir = _save_dir_from_args(args)
     config = _config_from_args(args, data)
     _refuse_idle_knobs(args, config, getattr(args, "prefill_sim_config", None))
-    _refuse_backend_block(args, config, getattr(args, "prefill_sim_config", None))
     notes: list[str] = list(getattr(args, "sizing_notes", []))
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")
