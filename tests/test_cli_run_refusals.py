@@ -617,54 +617,73 @@ def test_the_config_line_shows_a_block_size_other_than_vllms_default(capsys):
         assert "kv_cache_sizing" not in line, line
 
 
-def test_a_block_size_no_gpu_backend_takes_is_noted_with_a_model_on_a_gpu(capsys):
-    """vLLM 0.33.0 takes any positive --block-size in its config (`CacheConfig.block_size`, `gt=0`) but starts
-    no GPU attention backend for one that is not a multiple of 16 (`get_supported_kernel_block_sizes`); kvsim
-    runs it (the paper's block-size study, the tests' small blocks) and says so in one note, only where a
-    model runs on a GPU and the size was given."""
-    from kvsim.cli import main
-
-    said = (
-        "vLLM 0.33.0 and 0.34.0 start no attention backend on a GPU for it (each takes multiples of 16 only"
-    )
-    for size, noted in (("7", True), ("8", True), ("32", False)):
-        args = ["run", "--model", "llama-3.1-8b", "--gpu", "h200", "--block-size", size, "--requests", "2"]
-        assert main(args) == 0
-        out = capsys.readouterr().out
-        assert (f"note: block size {size}: {said}" in out) is noted, size
+def test_a_block_size_no_gpu_backend_takes_is_refused_with_a_model_on_a_gpu(capsys, tmp_path):
+    """vLLM 0.33.0 and 0.34.0 take any positive --block-size in their config (`CacheConfig.block_size`, `gt=0`)
+    but start no attention backend on CUDA or ROCm for one that is not a multiple of 16 (`supports_block_size`,
+    "No valid attention backend found"): with a model on a GPU kvsim refuses it by name; without a GPU it runs
+    (the paper's block-size study, the tests' small blocks); an older preset's gets a note."""
+    said = "vLLM 0.33.0 and 0.34.0 start no attention backend on a GPU for it (every backend on CUDA's and ROCm's"
+    for gpu in ("h100-80gb", "h200", "mi300x"):
+        for size in ("7", "8", "24"):
+            args = ["run", "--model", "llama-3.1-8b", "--gpu", gpu, "--block-size", size, "--requests", "2"]
+            err = _error(capsys, args)
+            assert err.startswith(f"kvsim run: error: argument --block-size: block size {size}: {said}"), err
+            assert "give a multiple of 16" in err
+            assert _error(capsys, [*args, "--preset", "vllm-0.33"]) == err
+    for size in ("16", "32", "48"):
+        assert (
+            main(["run", "--model", "llama-3.1-8b", "--gpu", "h200", "--block-size", size, "--requests", "2"])
+            == 0
+        )
+        assert "start no attention backend" not in capsys.readouterr().out
+    # kvsim plan refuses it as kvsim run does.
+    plan = ["plan", "--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--requests", "5"]
+    err = _error(capsys, [*plan, "--model", "llama-3.1-8b", "--gpu", "h200", "--block-size", "8"])
+    assert err.startswith(f"kvsim plan: error: argument --block-size: block size 8: {said}"), err
+    # The run file's field is named as such.
+    run_file = tmp_path / "run.toml"
+    run_file.write_text('[config]\nmodel = "llama-3.1-8b"\ngpu = "h200"\nblock_size = 8\n')
+    err = _error(capsys, ["run", "--toml", str(run_file), "--requests", "2"])
+    assert f"[config] block_size: block size 8: {said}" in err, err
+    # No GPU: a free simulation.
     assert (
         main(
             ["run", "--model", "llama-3.1-8b", "--num-blocks", "500", "--block-size", "7", "--requests", "2"]
         )
         == 0
     )
-    assert said not in capsys.readouterr().out  # (no GPU: a free simulation)
+    assert "start no attention backend" not in capsys.readouterr().out
     assert main(["run", "--num-blocks", "500", "--block-size", "7", "--requests", "2"]) == 0
-    assert said not in capsys.readouterr().out
-    # The prefill replicas' own size (--prefill-config) is told too, as theirs (it was not told at all).
+    assert "start no attention backend" not in capsys.readouterr().out
+    # An older preset (vLLM 0.22.1 and before, whose backends kvsim has not read): a note, and the run.
+    args = ["run", "--model", "llama-3.1-8b", "--gpu", "h200", "--block-size", "8", "--requests", "2"]
+    assert main([*args, "--preset", "vllm-v1"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: block size 8: {said}" in out
+    assert "kvsim has not read --preset vllm-v1's backends' sizes and runs it as asked" in out
+    # The prefill replicas' own size (--prefill-config) is refused as theirs.
     fleet = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--replicas", "1", "--prefill-replicas", "1",
              "--requests", "2"]  # fmt: skip
-    for size, noted in (("8", True), ("32", False)):
-        assert main([*fleet, "--prefill-config", f"block_size={size}"]) == 0
-        out = capsys.readouterr().out
-        assert (f"note: prefill replicas' block size {size}: {said}" in out) is noted, size
-        assert f"note: block size {size}:" not in out  # (the decode replicas keep 16)
-    # An MLA model: none (vLLM's Triton MLA backend takes any size, the base class's MultipleOf(1)).
+    err = _error(capsys, [*fleet, "--prefill-config", "block_size=8"])
+    assert err.startswith(f"kvsim run: error: argument --prefill-config: block_size: block size 8: {said}"), (
+        err
+    )
+    assert main([*fleet, "--prefill-config", "block_size=32"]) == 0
+    capsys.readouterr()
+    assert _error(capsys, [*fleet, "--block-size", "8", "--prefill-config", "max_num_seqs=4"]).startswith(
+        f"kvsim run: error: argument --block-size: block size 8: {said}"
+    )
+    # An MLA model: served (vLLM's Triton MLA backend takes any size, the base class's MultipleOf(1)).
     for size in ("8", "256"):
         assert main(["run", "--model", "deepseek-v3", "--gpu", "h200", "-tp", "8", "--block-size", size,
                      "--requests", "2"]) == 0  # fmt: skip
         assert "start no attention backend" not in capsys.readouterr().out
-    # A size a state layer raises to a multiple of 16 (qwen3-next: 8 -> 320) is served: no backend note,
-    # the raise's note; and a prefill pool that inherits the decode replicas' size is not told again.
+    # A size a state layer raises to a multiple of 16 (qwen3-next: 8 -> 320) is served: the raise's note only.
     assert main(["run", "--model", "qwen3-next-80b-a3b", "--gpu", "h100-80gb", "-tp", "4", "--block-size", "8",
                  "--requests", "2"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "note: block size 8 raised to 320 tokens" in out
     assert "start no attention backend" not in out
-    assert main([*fleet, "--block-size", "8", "--prefill-config", "max_num_seqs=4"]) == 0
-    out = capsys.readouterr().out
-    assert f"note: block size 8: {said}" in out
-    assert "prefill replicas' block size" not in out
 
 
 def test_the_0_34_sizing_knobs_run_where_they_are_read(capsys):

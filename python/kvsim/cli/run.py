@@ -33,6 +33,7 @@ from kvsim.analysis.sweep import (
     toml_int,
     toml_value,
 )
+from kvsim.cli.block_backend import backend_block_note, backend_block_refusal
 from kvsim.cli.flags import _BARE, GPU_FLAGS, FlagError
 from kvsim.cli.refusals import (
     _overridden_sizing,
@@ -40,11 +41,14 @@ from kvsim.cli.refusals import (
     _refuse_idle_model_knobs,
     _refuse_idle_swap,
     _refuse_modelless_knobs,
+    given_where,
     measured_flag_error,
 )
 from kvsim.errors import InvalidArgumentError, MeasuredSizingError, TimeUnitError, TraceFormatError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
+from kvsim.model.kv_dtype_values import refusal as kv_dtype_refusal
+from kvsim.model.models import transformers_backend_note
 from kvsim.model.units import fmt_count
 from kvsim.workloads.registry import format_value, trace_file_hint
 
@@ -166,6 +170,14 @@ def _gpu_from_flags(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
         raise FlagError(f"argument {flag}: {text}") from None
 
 
+def _refuse_kv_dtype(where: str, name: str, value: Any, preset: str | None) -> None:
+    """Refuses a `kv_cache_dtype` the preset's vLLM release refuses, or takes but kvsim does not model
+    (`kvsim.model.kv_dtype_values.refusal`), naming `where` it was given."""
+    why = kv_dtype_refusal(value, preset) if name == "kv_cache_dtype" else None
+    if why is not None:
+        raise FlagError(f"{where}: {why}")
+
+
 def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_idle: bool = True) -> Any:
     """The run's SimConfig from its flags and run file, refusing what it would not read; `refuse_idle=False`
     leaves a model's idle knobs and an idle swap space to the caller (`kvsim plan`, whose candidates may
@@ -182,6 +194,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
             close = difflib.get_close_matches(str(k), CONFIG_FIELDS, n=3, cutoff=0.6)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise InvalidArgumentError(f"run file {args.toml}: unknown SimConfig field {k!r}{hint}")
+        _refuse_kv_dtype(f"run file {args.toml}: [config] kv_cache_dtype", k, v, args.preset)
         try:
             cfg[k] = toml_value(k, v)  # SimConfig's rule: no "400" for an integer (flags are text)
         except InvalidArgumentError as exc:
@@ -191,6 +204,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
         given = getattr(args, f"cfg_{name}")
         if given is not None:
             flag, text = given
+            _refuse_kv_dtype(f"argument {flag}", name, text, args.preset)
             cfg[name] = _flag_value(flag, name, text)
             flag_of[name] = flag
     positional = getattr(args, "model_arg", None)
@@ -258,6 +272,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
             "argument --prefill-config: the prefill replicas' config, but this run has no prefill pool: give "
             "--prefill-replicas N (a disaggregated fleet) or drop the flag"
         )
+    _refuse_backend_block(args, config, args.prefill_sim_config)
     return config
 
 
@@ -286,6 +301,7 @@ def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
             raise FlagError(
                 f"{flag}: {key} is the fleet's, not the prefill replicas' own: give it as --{key.replace('_', '-')}"
             )
+        _refuse_kv_dtype(f"{flag}: kv_cache_dtype", key, value.strip(), args.preset)
         try:
             over[key] = coerce(key, value)
         except InvalidArgumentError as exc:
@@ -565,31 +581,15 @@ def block_size_note(config: Any) -> str | None:
     )
 
 
-def backend_block_size_note(config: Any, who: str = "") -> str | None:
-    """A note where the block size given with a model on a GPU is one vLLM 0.33.0 and 0.34.0 cannot serve: their
-    `CacheConfig.block_size` takes any positive size (`vllm/config/cache.py`), but it then picks an attention
-    backend that supports the size (`AttentionBackend.supports_block_size`, `vllm/v1/attention/backend.py`), and
-    every GPU backend for a model without MLA takes only multiples of 16 (`get_supported_kernel_block_sizes`:
-    FlashAttention, Triton and FlexAttention `MultipleOf(16)`, FlashInfer 16, 32 or 64), so `vllm serve` stops at
-    start-up ("No valid attention backend found"). An MLA model gets no note: its Triton MLA backend
-    (`vllm/v1/attention/backends/mla/triton_mla.py`, which defines no `get_supported_kernel_block_sizes`)
-    keeps the base class's `MultipleOf(1)`, any size, where
-    the others take 64 (FlashMLA), 128 (CUTLASS MLA) or 32 and 64 (FlashInfer MLA). kvsim runs the size as
-    asked (a simulator's experiment: the paper's block-size study, the tests' small blocks); None otherwise.
-    `who` names the replicas in the note (`"prefill replicas' "` for `--prefill-config`'s)."""
-    from kvsim.model.models import resolve
-
-    asked = config._given.get("block_size")
-    if asked is None or config.model is None or config.gpu is None:
-        return None
-    used = config.pool.pool_block_size  # (a state layer's raise, `block_size_note`, may make it a multiple)
-    if used % 16 == 0 or resolve(config.model).is_mla:
-        return None
-    return (
-        f"{who}block size {used}: vLLM 0.33.0 and 0.34.0 start no attention backend on a GPU for it (each "
-        'takes multiples of 16 only: it stops with "No valid attention backend found"); kvsim runs it as asked, '
-        "as an experiment, not a deployment vLLM serves"
-    )
+def _refuse_backend_block(args: argparse.Namespace, config: Any, prefill: Any) -> None:
+    """Refuses a block size given with a model on a GPU that no attention backend of vLLM 0.33.0 or 0.34.0 takes
+    (`kvsim.cli.block_backend`): the replicas' own, then the prefill replicas' (`--prefill-config`) where theirs
+    is their own."""
+    why = backend_block_refusal(config, args.preset, given_where(args)("block_size"))
+    if why is None and prefill is not None and prefill.block_size != config.block_size:
+        why = backend_block_refusal(prefill, args.preset, "argument --prefill-config: block_size")
+    if why is not None:
+        raise FlagError(why)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -653,15 +653,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         notes.extend(data_parallel_notes(result))
         notes.extend(herd_notes(result))
     notes.extend(encoder_notes(config))
+    backend_note = transformers_backend_note(config.model)
+    if backend_note is not None:
+        notes.append(backend_note)
     calibrated_on = config.calibration_note()
     if calibrated_on is not None:
         notes.append(calibrated_on)
     prefill_cfg = getattr(args, "prefill_sim_config", None)
-    for note in (block_size_note(config), backend_block_size_note(config)):
+    for note in (block_size_note(config), backend_block_note(config, args.preset)):
         if note is not None:
             notes.append(note)
     if prefill_cfg is not None and prefill_cfg.block_size != config.block_size:  # (its own, not inherited)
-        note = backend_block_size_note(prefill_cfg, "prefill replicas' ")
+        note = backend_block_note(prefill_cfg, args.preset, "prefill replicas' ")
         if note is not None:
             notes.append(note)
     out = {

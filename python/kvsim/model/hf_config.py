@@ -458,77 +458,18 @@ def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> tuple[int, in
     return limit, original
 
 
-# Architectures without attention layers, which kvsim refuses by name (their configs have no attention heads):
-# RWKV, which vLLM 0.33.0 does not serve (`vllm/model_executor/models/registry.py` lists no RWKV architecture),
-# and the pure state-space models it does serve (`MambaForCausalLM`, `Mamba2ForCausalLM`,
-# `FalconMambaForCausalLM`), whose pool kvsim does not model: it models Mamba layers beside attention layers.
-_RWKV_TYPES = ("rwkv",)
-_PURE_SSM_TYPES = ("mamba", "mamba2", "falcon_mamba")
-_PURE_SSM_ARCHS = ("MambaForCausalLM", "Mamba2ForCausalLM", "FalconMambaForCausalLM")
-
-
-def _names(cfg: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
-    """The `model_type`s of `cfg` (the config's and its `text_config`'s: field name and value, lower case)
-    and its `architectures`, each field checked: a `model_type` must be a name, `architectures` a list of
-    names (or null)."""
-    kinds: list[tuple[str, str]] = []
-    archs: list[str] = []
-    for prefix, part in (("", cfg), ("text_config.", cfg.get("text_config"))):
-        if not isinstance(part, dict):
-            continue
-        kind = part.get("model_type")
-        if kind is not None and not isinstance(kind, str):
-            raise InvalidArgumentError(f"field '{prefix}model_type' {kind!r} must be a name (a string)")
-        if kind:
-            kinds.append((f"{prefix}model_type", kind.lower()))
-        given = part.get("architectures")
-        if given is not None and (not isinstance(given, list) or not all(isinstance(a, str) for a in given)):
-            raise InvalidArgumentError(f"field '{prefix}architectures' {given!r} must be a list of names")
-        archs += given or []
-    return kinds, archs
-
-
-def _attention_free(cfg: dict[str, Any]) -> str | None:
-    """Why kvsim refuses a config of an attention-free architecture (by a `model_type` or an `architectures`
-    name, the config's own or its `text_config`'s), or None.
-
-    Raises:
-        InvalidArgumentError: a `model_type` that is no string, or `architectures` that is no list of them.
-    """
-    kinds, archs = _names(cfg)
-
-    def said(kind_hit: Any, arch_hit: Any) -> str:
-        field, kind = next((k for k in kinds if kind_hit(k[1])), kinds[0] if kinds else ("", ""))
-        arch = next((a for a in archs if arch_hit(a)), archs[0] if archs else kind)
-        return f"{arch} ({field} {kind!r})" if kind else arch
-
-    rwkv = (lambda k: k.startswith(_RWKV_TYPES), lambda a: a.lower().startswith("rwkv"))
-    if any(rwkv[0](k) for _, k in kinds) or any(rwkv[1](a) for a in archs):
-        return (
-            f"{said(*rwkv)} is an RWKV model, which vLLM 0.33.0 and 0.34.0 do not serve (their model registries has no RWKV "
-            "architecture): kvsim sizes models as vLLM serves them"
-        )
-    ssm = (lambda k: k in _PURE_SSM_TYPES, lambda a: a in _PURE_SSM_ARCHS)
-    if any(ssm[0](k) for _, k in kinds) or any(ssm[1](a) for a in archs):
-        return (
-            f"{said(*ssm)} is a state-space model without attention layers: kvsim models Mamba layers only "
-            "beside attention layers (a hybrid model: Jamba, Nemotron-H, Granite 4.0-H)"
-        )
-    return None
-
-
 def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantization: str | None) -> Model:
     """The `Model` of config fields `cfg` (see `from_hf_config`); `where` names it in errors."""
     import json
 
-    from kvsim.model import quant
+    from kvsim.model import quant, served
     from kvsim.model.params import fused_parts_refusal, param_breakdown
     from kvsim.model.rope import cache_bytes as rope_cache_bytes
 
     path = where
     p = source
     try:
-        refusal = _attention_free(cfg)
+        refusal = served.refusal(cfg)
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"model {str(path)!r}: {exc}") from None
     if refusal:

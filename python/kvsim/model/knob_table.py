@@ -584,8 +584,8 @@ KNOBS: dict[str, Knob] = {
     "kv_cache_dtype": Knob(
         "auto",
         "choice",
-        "KV cache dtype: auto (the model's) or fp8, bf16 (vLLM's bfloat16), fp16 (vLLM's float16), ...; "
-        "vLLM's --kv-cache-dtype",
+        "KV cache dtype: auto (the model's), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2 (vLLM's "
+        "--kv-cache-dtype); kvsim's bf16, fp16, fp32 (the command line refuses them from vllm-0.33 on)",
         choices=KV_CACHE_DTYPES,
         aliases=(("bfloat16", "bf16"), ("float16", "fp16")),
     ),

@@ -331,6 +331,40 @@ def _add_catalogue() -> None:
 
 _add_catalogue()
 
+
+def transformers_backend_note(model: object) -> str | None:
+    """`kvsim run`'s note for a config.json (a path, or a Hugging Face id in the local cache) whose architecture
+    vLLM 0.34.0 would serve with its Transformers backend (`served.transformers_backend`), else None."""
+    import json
+
+    from kvsim.model import served
+
+    if not isinstance(model, str):
+        return None
+    path: Path | None = Path(model)
+    assert path is not None
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        path = cached_config(model) if _is_hub_id(model) else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        cfg = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None  # (the model was read: `from_hf_config` refused what it could not)
+    arch = served.transformers_backend(cfg) if isinstance(cfg, dict) else None
+    if arch is None:
+        return None
+    return (
+        f"model {model}: vLLM 0.34.0's registry has no {arch} (vllm/model_executor/models/registry.py), so "
+        f"vLLM serves it with its Transformers backend (transformers' {arch} class, `_try_resolve_transformers`; "
+        "it refuses a class that is not backend-compatible, which kvsim cannot tell from the config): kvsim "
+        "sizes it from the config's fields as a decoder of vLLM's own, not the Transformers backend's memory "
+        "or speed"
+    )
+
+
 __all__ = [
     "DTYPE_BITS",
     "MODELS",
@@ -342,5 +376,6 @@ __all__ = [
     "hf_cache_dir",
     "names",
     "resolve",
+    "transformers_backend_note",
     "with_quantization",
 ]

@@ -1,0 +1,114 @@
+"""kvsim refuses a config.json whose architecture vLLM 0.34.0 does not serve (`kvsim.model.served`): not in its
+model registry (as is, or with the suffix swapped: `_normalize_arch`), and no transformers class (with a
+model_type AutoConfig reads) for its Transformers backend: "Model architectures [...] are not supported for now"
+(`vllm/model_executor/models/registry.py`, `_raise_for_unsupported`). One its Transformers backend would serve
+runs with a note."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model import served
+from kvsim.model.catalogue import ENTRIES, WRAPPERS
+from kvsim.model.models import from_hf_config
+from tests.cli_run_common import _error
+
+HF = Path(__file__).parent / "data" / "hf"
+MISTRAL = json.loads((HF / "mistral-7b.json").read_text())
+RUN = ["--gpu", "a100-80gb", "--requests", "2"]
+
+
+def _config(tmp_path: Path, **fields: object) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**MISTRAL, **fields}))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("frobnicator", "transformers 5.22.2 does not know its model_type 'frobnicator'"),
+        ("mistral", "transformers 5.22.2 has no class FrobForCausalLM for vLLM's Transformers backend"),
+    ],
+)
+def test_an_architecture_vllm_does_not_serve_is_refused_by_name(capsys, tmp_path, kind, said):
+    path = _config(tmp_path, architectures=["FrobForCausalLM"], model_type=kind)
+    err = _error(capsys, ["run", "--model", path, *RUN])
+    assert err.startswith(
+        f"kvsim run: error: argument --model: model {path!r}: architectures ['FrobForCausalLM']"
+    )
+    assert "vLLM 0.34.0 does not serve them: its model registry has none of them" in err
+    assert said in err
+    assert "Model architectures ['FrobForCausalLM'] are not supported for now" in err
+    with pytest.raises(InvalidArgumentError, match="not supported for now"):
+        from_hf_config(path)
+
+
+def test_the_registry_takes_an_architecture_as_is_or_with_its_suffix_swapped(capsys, tmp_path):
+    """`_normalize_arch`: MistralForRewardModeling is served as MistralForCausalLM; any one of several names
+    served serves the config; an `auto_map` naming an AutoModel is the repository's code (kvsim cannot tell)."""
+    registry = served.names("vllm_architectures.txt")
+    assert "MistralForCausalLM" in registry
+    assert "MistralForRewardModeling" not in registry
+    assert served.in_registry("MistralForRewardModeling")
+    assert not served.in_registry("FrobForRewardModeling")
+    for fields in (
+        {"architectures": ["MistralForRewardModeling"]},
+        {"architectures": ["FrobForCausalLM", "MistralForCausalLM"], "model_type": "frobnicator"},
+        {
+            "architectures": ["FrobForCausalLM"],
+            "model_type": "frobnicator",
+            "auto_map": {"AutoModelForCausalLM": "m.F"},
+        },
+        {"architectures": None},
+    ):
+        assert served.unserved({**MISTRAL, **fields}) is None, fields
+    assert served.unserved(
+        {**MISTRAL, "architectures": ["FrobForCausalLM"], "auto_map": {"AutoConfig": "c.F"}}
+    )
+
+
+def test_the_transformers_backend_serves_a_class_transformers_has_with_a_note(capsys, tmp_path):
+    """HeliumForCausalLM: in transformers 5.22.2 (model_type helium), not in vLLM 0.34.0's registry."""
+    assert "HeliumForCausalLM" in served.names("transformers_model_classes.txt")
+    assert "helium" in served.names("transformers_model_types.txt")
+    assert not served.in_registry("HeliumForCausalLM")
+    path = _config(tmp_path, architectures=["HeliumForCausalLM"], model_type="helium")
+    from kvsim.cli import main
+
+    assert main(["run", "--model", path, *RUN]) == 0
+    out = capsys.readouterr().out
+    assert f"note: model {path}: vLLM 0.34.0's registry has no HeliumForCausalLM" in out
+    assert "vLLM serves it with its Transformers backend" in out
+    assert main(["run", "--model", _config(tmp_path), *RUN]) == 0  # (MistralForCausalLM: no note)
+    assert "Transformers backend" not in capsys.readouterr().out
+
+
+def test_every_catalogue_model_and_test_config_is_served():
+    """The catalogue's configs and every config.json kept under tests/data/hf pass (MiniMax-M3's text config is
+    read as the `minimax_m3_vl` wrapper's, `served.READ_AS_ANOTHER`)."""
+    for name, (_, fields) in ENTRIES.items():
+        cfg = {**WRAPPERS[name], "text_config": dict(fields)} if name in WRAPPERS else dict(fields)
+        assert served.refusal(cfg) is None, name
+    configs = [p for p in HF.rglob("*.json") if "architectures" in json.loads(p.read_text())]
+    assert len(configs) >= 40
+    for p in configs:
+        assert served.refusal(json.loads(p.read_text())) is None, p
+
+
+def test_the_name_lists_name_their_source():
+    for file, source in (
+        ("vllm_architectures.txt", "vLLM 0.34.0's model registry"),
+        ("vllm_config_types.txt", "vLLM 0.34.0"),
+        ("transformers_model_types.txt", "transformers 5.22.2"),
+        ("transformers_model_classes.txt", "transformers 5.22.2"),
+    ):
+        lines = (served.NAMES / file).read_text().splitlines()
+        assert source in lines[0]
+        body = [x for x in lines if not x.startswith("#")]
+        assert body == sorted(set(body)), file
+        assert len(body) > 50, file
