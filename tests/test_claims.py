@@ -198,3 +198,26 @@ def test_paired_ratios_divide_each_seed_by_its_own_base():
     m, ci = mean_ci([1.0, 3.0])
     assert m == 2.0
     assert ci == pytest.approx(12.706 * 1.0, rel=1e-3)
+
+
+def test_the_header_says_where_the_values_come_from(report):
+    """reread52 item 6: a run says its values come from this run, with its machine and wall time; a
+    re-read (`kvsim claims --reuse`) says they come from an earlier run's rows, and that the machine and
+    wall time are the re-read's, not the run's."""
+    from kvsim.analysis.claims_report import render
+
+    ran = render(report.claims, [], report.results, 0.1, 12.0).splitlines()
+    reread = render(report.claims, [], report.results, 0.1, 3.0, reused=True).splitlines()
+    assert (
+        ran[3] == "comes from running the Rust engine in this run; *source* values are quoted from the paper"
+    )
+    assert ran[5].startswith("Machine: ")
+    assert ran[5].endswith("; wall time 12 s.")
+    assert "this run" not in "\n".join(reread[:6])
+    assert reread[3] == (
+        "comes from running the Rust engine in an earlier run's rows (results/claims/*.parquet); *source* "
+        "values are quoted from the paper"
+    )
+    assert reread[5].startswith("Rows re-read with `kvsim claims --reuse` on: ")
+    assert "wall time of the re-read 3 s" in reread[5]
+    assert "Machine: " not in "\n".join(reread)

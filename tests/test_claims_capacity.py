@@ -30,6 +30,14 @@ def test_each_ratio_is_a_claim_with_a_verdict_from_the_knees(report):
     # (at a tenth of the scale, 800 ShareGPT-like and 4,000 Alpaca-like requests, vLLM's knees pass only as
     # bursts, its runs served below half their rate: its knee is then its highest steady pass, `sustained`)
     assert set(res.frame["status"].to_list()) <= {"converged", "burst"}
+    # (reread52 item 2: a burst's row keeps the burst, the bracket's passing end, beside its steady pass)
+    for r in res.frame.iter_rows(named=True):
+        if r["status"] == "burst":
+            assert r["burst_rate"] == r["bracket_lo"]
+            assert r["knee_rate"] is None or r["knee_rate"] < r["burst_rate"]
+        else:
+            assert r["burst_rate"] is None
+            assert r["knee_rate"] == r["bracket_lo"]
     for cid, c in claims.items():
         ds, base = cid.removeprefix("P-fig12-").split("-", 1)
         label = next(w for w in res.experiment.workloads if w.startswith(ds))
@@ -41,6 +49,17 @@ def test_each_ratio_is_a_claim_with_a_verdict_from_the_knees(report):
         assert c.verdict == (CONFIRMED if inside else DIFFERS)
         assert c.command.startswith("kvsim plan --model opt-13b --gpu a100-40gb")
         assert "normalized_latency:250ms" in c.command
+        # The note names the knees that are steady lower bounds, and only where there are some.
+        f = res.frame.filter(pl.col("workload") == label)
+        for p in ("vllm", base):
+            seeds = f.filter((pl.col("policy") == p) & (pl.col("status") == "burst"))["seed"].to_list()
+            if seeds:
+                assert (
+                    f"{cc.POLICY_LABEL[p]} seed{'s' * (len(seeds) > 1)} {', '.join(map(str, sorted(seeds)))}"
+                    in c.note
+                )
+        lower = f.filter(pl.col("policy").is_in(["vllm", base]) & (pl.col("status") == "burst")).height
+        assert ("steady lower bounds in place of knees" in c.note) == (lower > 0)
     # The knees are what a search on that workload and config finds again.
     row = res.frame.filter((pl.col("policy") == "vllm") & (pl.col("seed") == 0)).row(0, named=True)
     from kvsim.analysis.sweep import make_workload, parse_workload

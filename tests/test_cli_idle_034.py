@@ -103,3 +103,18 @@ def test_kvsim_run_names_an_idle_knob_where_the_user_gave_it(capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"kvsim run: error: run file {path}: [config] sparse_mla_shard_q: "), err
+    # (reread52 item 8: a run file's knob is a field, not a flag)
+    assert f"sparse_mla_shard_q: the field {NO_SHARDQ}" in err, err
+    assert err.rstrip().endswith("; drop it"), err
+    assert "flag" not in err, err
+    # So is an idle knob of `kvsim plan`'s run file, while the flag it names to give stays a flag.
+    plan = ["plan", *LLAMA, "--requests", "3", "--slo", "ttft_p99:1s", "--toml", str(path)]
+    path.write_text('[config]\nrouter = "random"\n')
+    assert main(plan) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"kvsim plan: error: run file {path}: [config] router: 'random' does nothing here: a router picks "
+        "among replicas, and this run has one (every request goes to it); give --replicas N or drop it\n"
+    )
+    assert main([*plan[:-2], "--router", "random"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("give --replicas N or drop the flag")

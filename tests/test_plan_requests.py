@@ -70,13 +70,19 @@ def test_compare_says_a_candidate_set_aside_more_and_ranks_it_below(capsys):
     assert head.split()[-3:] == ["set", "aside", "steady"]
     rows = [line.split() for line in _lines(out, "max_model_len=") if "probe-limit  yes" in line]
     assert [r[-2:] for r in rows] == [["159", "-"], ["236", "NO:too-short"]]
-    # Both pass under a loose SLO: the one serving more ranks first, the other named below it (the first
-    # passes at 93.8 req/s only as a burst, its 141 requests served at 8.2 req/s: no best decided).
+    # Both pass under a loose SLO: the one serving more ranks first, the other named below it. The first's
+    # knee passed only as a burst (status burst), so its answer is its highest steady pass: a steady
+    # state, which decides it best (reread52 item 1).
     assert main([*argv, "--slo", "ttft_p99:30s"]) == 0
     (best,) = _lines(capsys.readouterr().out, "best: ")
-    assert "as ranked, max_model_len=8192 (159 of 300 requests set aside); ranked below it" in best
-    assert best.startswith("best: none decided: the answer of max_model_len=8192 is a burst")
+    assert best.startswith("best: max_model_len=8192 (159 of 300 requests set aside); ranked below it")
+    assert "burst" not in best
     assert best.endswith("max_model_len=2048 (236)")
+    assert main([*argv, "--slo", "ttft_p99:30s", "--json"]) == 0
+    compare = json.loads(capsys.readouterr().out)["compare"]
+    assert compare["plans"]["max_model_len=8192"]["status"] == "burst"
+    assert compare["bursts"] == []
+    assert compare["best"] == "max_model_len=8192"
     assert main([*argv, "--slo", "ttft_p99:500ms", "--json"]) == 0
     compare = json.loads(capsys.readouterr().out)["compare"]
     assert compare["best"] is None

@@ -206,18 +206,57 @@ def test_candidates_whose_searches_cannot_be_ordered_tie():
 def test_no_best_between_bursts():
     """A burst decides nothing: b passed up to 6 req/s only in overloaded runs, so its rate is no steady
     pass (`value` None, status `burst`) and ranks below a's 5, but nothing shows b's sustained knee below
-    a's, so the two tie and `decided` is None; `bursts` names b."""
+    a's, so the two tie and `decided` is None; the best line names b's burst knee beside its missing steady
+    pass. `bursts` is for an answer whose own run was overloaded: b's status `burst` answer is not one."""
+    from kvsim.cli.plan import _best_line
+
     out = _compare({"a": 5.0, "b": 6.0}, bursts=("b",))
     assert out.plans["b"].status == "burst"
     assert out.plans["b"].value is None
     assert out.best == "a"
     assert out.tied == ["a", "b"]
-    assert out.bursts == ["b"]
+    assert out.bursts == []
     assert out.decided is None
     assert out.table.filter(pl.col("candidate") == "b")["burst"].to_list() == [True]
     assert out.table.filter(pl.col("candidate") == "b")["rate"].to_list() == [None]
+    knee = out.plans["b"].burst_rate
+    line = _best_line(out, 60)
+    assert line.startswith("best: a tie between a (")
+    assert f"b (no steady pass, burst: its knee {knee:.4g} req/s passed only as a burst)" in line
     steady_best = _compare({"a": 5.0, "b": 6.0}, bursts=("a",))
     assert steady_best.decided == "b"
+
+
+def _steady_then_burst(workload, config) -> dict:
+    """b of the review's reproduction: knee 99.9 req/s, every run above 8.5 req/s overloaded."""
+    rate = workload_rate(workload)
+    return {"ttft_s_p99": rate / 99.9, "completed": len(workload), "rejected": 0, "overloaded": rate > 8.5}
+
+
+def test_a_steady_pass_beside_a_burst_knee_decides(capsys):
+    """reread52 item 1: a converges near 5 req/s (failing at about 5.04); b's knee, near 99.9, passed
+    only as a burst, and its answer is its highest steady pass, 8, which beats a's knee: b's answer
+    is a steady state, not a burst, so b is decided best, and the best line calls nothing a burst."""
+    from kvsim.cli.plan import _best_line
+
+    candidates = [
+        Candidate("a", {}, functools.partial(_knee_probe, knee=5.0)),
+        Candidate("b", {}, _steady_then_burst),
+    ]
+    out = best_of(_workload(), kvsim.SimConfig(num_blocks=64), {"ttft_p99": 1.0}, candidates, workers=2)
+    b = out.plans["b"]
+    assert b.status == "burst"
+    assert b.burst_rate is not None
+    assert b.burst_rate > 90
+    assert b.value is not None
+    assert 5.04 < b.value <= 8.5
+    assert out.plans["a"].bracket[1] < b.value  # (a failed where b's steady run passed)
+    assert out.bursts == []
+    assert out.tied == ["b"]
+    assert out.decided == "b"
+    line = _best_line(out, 60)
+    assert line == "best: b"
+    assert "burst" not in line
 
 
 def test_json_best_is_null_when_the_text_says_tie(capsys):

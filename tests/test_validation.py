@@ -92,7 +92,7 @@ def test_the_default_replays_a_0_19_run_with_the_rule_and_the_sync_flag_without(
 
 
 def test_a_run_the_rule_is_not_modelled_for_says_so_and_replays_synchronously(monkeypatch):
-    """A vLLM 0.19.0 run whose configuration `SimConfig` refuses the rule for (a CPU tier, a prefill pool) is
+    """A vLLM 0.19.0 run whose configuration `SimConfig` refuses the rule for (a CPU tier beside a hybrid model's KV-cache groups, a prefill pool) is
     replayed from `queued_ts` without it, and its sentence says why; none of the three runs is such (each is
     replayed with the rule). No run's configuration brings either today (`validate_runs.config` reads
     neither), so the refusal is `SimConfig`'s own, raised through a config that asks for a CPU tier; a

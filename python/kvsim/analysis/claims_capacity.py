@@ -119,7 +119,9 @@ def run_capacity(
     exps: Sequence[CapacityExperiment], out_dir: Path, *, scale: float = 1.0
 ) -> dict[str, CapacityResults]:
     """Runs every point's capacity search; writes `<out_dir>/<name>.parquet` (one row per search: its
-    knee `knee_rate`, bracket, status, probes) and `<name>-probes.parquet` (every probe)."""
+    knee `knee_rate`, bracket, status, probes; for status `burst`, `knee_rate` is the highest steady pass,
+    a lower bound on the knee, and `burst_rate` the knee that passed only as a burst, the bracket's
+    passing end) and `<name>-probes.parquet` (every probe)."""
     import kvsim
 
     out: dict[str, CapacityResults] = {}
@@ -144,7 +146,7 @@ def run_capacity(
                                        "requests": requests, "backend": p.backend}  # fmt: skip
                 row.update(resolved)
                 row.update({"knee_rate": r.value, "bracket_lo": lo, "bracket_hi": hi, "status": r.status,
-                            "monotone": r.monotone, "violations": len(r.violations),
+                            "burst_rate": r.burst_rate, "monotone": r.monotone, "violations": len(r.violations),
                             "num_probes": r.probes.height, "wall_s": wall})  # fmt: skip
                 rows.append(row)
                 probes.append(
@@ -157,6 +159,8 @@ def run_capacity(
                 raise
             error = f"{type(exc).__name__}: {exc}"
         frame = rows_frame(rows) if error is None else pl.DataFrame()
+        if "burst_rate" in frame.columns:  # (all null where no search was a burst)
+            frame = frame.with_columns(pl.col("burst_rate").cast(pl.Float64))
         probe_frame = (
             pl.concat(probes, how="diagonal_relaxed") if probes and error is None else pl.DataFrame()
         )
@@ -206,6 +210,24 @@ def _mean_ci(xs: Sequence[float]) -> tuple[float, float | None]:
     return mean, t_quantile_975(n - 1) * sd / math.sqrt(n)
 
 
+def _lower_bounds(f: pl.DataFrame, base: str) -> str:
+    """The claim note's word on the knees that are steady lower bounds: the searches of status `burst`
+    (their knee passed only as a burst, `kvsim.analysis.plan.sustained`), whose `knee_rate` is the highest
+    steady pass; empty where there is none."""
+    named = []
+    for p in ("vllm", base):
+        seeds = sorted(f.filter((pl.col("policy") == p) & (pl.col("status") == "burst"))["seed"].to_list())
+        if seeds:
+            named.append(f"{POLICY_LABEL[p]} seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}")
+    if not named:
+        return ""
+    return (
+        "; steady lower bounds in place of knees (status burst: the knee passed only as a burst, and the "
+        f"highest steady pass stands for it): {'; '.join(named)}; a seed's ratio is a lower bound where "
+        "only vLLM's is one, an upper bound where only the other's is, and bounds nothing where both are"
+    )
+
+
 def capacity_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
     out: list[Claim] = []
     for e in capacity_experiments():
@@ -250,6 +272,7 @@ def capacity_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
                     + ("monotone" if bad == 0 else f"{bad} non-monotone probe pairs (answers below them)")
                     + "; A100-40GB roofline time model"
                 )
+                note += _lower_bounds(f, base)
                 if ds != "sharegpt":
                     note += "; the paper gives no Alpaca ratio, so the ShareGPT range is the target"
                 if base == "orca-pow2":

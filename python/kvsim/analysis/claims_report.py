@@ -24,20 +24,22 @@ from kvsim.analysis.claims_model import (
 
 def render(claims: Sequence[Claim], exps: Sequence[Experiment], results: Mapping[str, Results],
            scale: float, wall_s: float, reused: bool = False) -> str:  # fmt: skip
-    """claims.md as text."""
+    """claims.md as text. With `reused` (`kvsim claims --reuse`) the values come from an earlier run's
+    rows, re-read, and the machine and wall time are the re-read's: the header says so."""
     counts = {v: sum(c.verdict == v for c in claims) for v in (CONFIRMED, DIFFERS, NOT_TESTABLE)}
+    where = "an earlier run's rows (results/claims/*.parquet)" if reused else "this run"
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     lines = [
         "# Claims",
         "",
         "Written by `python -m bench.sweep` (no arguments; `kvsim claims` is the same). Every *ours* value",
-        "comes from running the Rust engine in this run; *source* values are quoted from the paper",
+        f"comes from running the Rust engine in {where}; *source* values are quoted from the paper",
         f"({PAPER}) or the seed simulators' benchmarks (DESIGN.md §Claims). Tolerances were fixed before the run. Request counts are scaled by {scale}.",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}; wall time {wall_s:.0f} s"
-        + (
-            " (rows re-read from results/claims/*.parquet of an earlier run: `kvsim claims --reuse`)."
+        (
+            f"Rows re-read with `kvsim claims --reuse` on: {machine}; wall time of the re-read {wall_s:.0f} s "
+            "(the machine and wall time of the run that produced the rows are not recorded in them)."
             if reused
-            else "."
+            else f"Machine: {machine}; wall time {wall_s:.0f} s."
         ),
         "",
         f"**{len(claims)} claims: {counts[CONFIRMED]} CONFIRMED, {counts[DIFFERS]} DIFFERS, "

@@ -39,7 +39,9 @@ class BestOf:
     failed at no rate up to the best's answer, so its knee may be as high, each known only within its
     bracket, the precision; the same rate is one such; ranked, those at one rate in the order given: more
     than one is a tie, which neither the ranking nor the order given decides), `bursts` (the candidates whose answer is a burst,
-    `PlanResult.burst`: passed with the queue growing through the run, not a steady state), `unsteady`
+    `PlanResult.burst`: its own probe passed with the queue growing through the run, not a steady state;
+    not those of status `burst`, whose answer is a steady pass below the burst, `PlanResult.burst_rate`,
+    and which tie where their search reaches the best's answer), `unsteady`
     (the candidates whose answer is not a steady state, `PlanResult.steady` False: the bursts and those
     whose run was too short to reach one, whose rates are overstated but still rates), `unsure` (the
     candidates whose answer's verdicts rest on their sample, `PlanResult.outside_ci` False: a bound
@@ -61,8 +63,9 @@ class BestOf:
     @property
     def decided(self) -> str | None:
         """`best` where the searches decide it: None when it is tied with another (`tied`) or when its
-        answer, or a tied one's, is a burst (`bursts`, `PlanResult.burst`: a rate the run passed as one
-        burst, not a steady state, which ranks nothing); `kvsim plan --compare --json`'s `best`."""
+        answer, or a tied one's, is a burst (`bursts`: a rate whose own run passed as one burst, not a
+        steady state, which ranks nothing; a status `burst` answer is a steady pass and ranks);
+        `kvsim plan --compare --json`'s `best`."""
         if self.best is None or len(self.tied) > 1 or set(self.tied or [self.best]) & set(self.bursts):
             return None
         return self.best
@@ -169,7 +172,8 @@ def best_of(
         ]
     served = table.filter(pl.col("rate").is_not_null())
     served_best = best if best is not None else (served["candidate"][0] if served.height else None)
-    bursts = [c for c in labels if c in plans and plans[c].burst]
+    # (status `burst`: `value` is a steady pass, the burst kept apart as `burst_rate`)
+    bursts = [c for c in labels if c in plans and plans[c].burst and plans[c].status != "burst"]
     unsteady = [c for c in labels if c in plans and plans[c].steady is False]
     unsure = [c for c in labels if c in plans and plans[c].outside_ci is False]
     return BestOf(table, best, plans, refused, tied, served_best, bursts, unsteady, unsure)

@@ -323,7 +323,7 @@ class PlanResult:
         speed = f" at {served:.4g} req/s" if isinstance(served, float) else ""
         head = (
             f"highest rate meeting {slos} in a steady run: {self._fmt(self.value)} (a lower bound: the rates "
-            "probed above it passed only in runs too short or overloaded to tell)"
+            "that passed above it passed only in runs too short or overloaded to tell)"
             if self.value is not None
             else f"no rate probed meets {slos} in a steady run (every rate that passed, passed in a run too "
             "short or overloaded to tell)"

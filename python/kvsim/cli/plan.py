@@ -15,7 +15,7 @@ from kvsim.analysis.sweep import EXECUTORS
 from kvsim.cli.flags import METRICS_POINTER, FlagError, _Formatter, _knob_flags, add_run_inputs
 from kvsim.cli.plan_lines import rate_note, searched_fleet_line
 from kvsim.cli.plan_report import _best_line, _json_head, _ranking_table, _split
-from kvsim.cli.refusals import Spelling, _given_at, _refuse_idle_swap, given_where, refuse_idle_at_every_point
+from kvsim.cli.refusals import _given_at, _refuse_idle_swap, given_where, refuse_idle_at_every_point, spelling
 from kvsim.cli.run import _config_from_args, _float_flag, _int_flag, _workload_from_args, read_run_file
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
@@ -489,7 +489,7 @@ def _refuse_idle_knobs(args: argparse.Namespace, config: Any) -> None:
         _refuse_idle_swap(args, [c for c, _ in points], args.given_cfg, args.flag_of)
     # (the user's knobs only: a preset's own are not refused)
     refuse_idle_at_every_point(
-        points, given_where(args), Spelling(args.flag_of), given=set(args.given_knobs) - {compared}
+        points, given_where(args), spelling(args), given=set(args.given_knobs) - {compared}
     )
 
 
@@ -502,11 +502,7 @@ def _refuse_dp_groups(args: argparse.Namespace, config: Any) -> None:
     search = "--split" if args.split else "--smallest replicas" if args.smallest == "replicas" else None
     if search is None or dp <= 1:
         return
-    said = (
-        _given_at(args, args.flag_of, "data_parallel_size")
-        if "data_parallel_size" in args.given_knobs
-        else f"argument {_knob_flags('data_parallel_size')[0]}"
-    )
+    said = given_where(args)("data_parallel_size")
     raise FlagError(
         f"{said}: {search} steps replica counts one at a time, and with data_parallel_size {dp} a "
         f"mixture-of-experts model's replicas come in DP groups of {dp} (DESIGN.md §Data-parallel groups): "

@@ -149,9 +149,7 @@ def _best_line(ranking: Any, total: int) -> str:
     if len(ranking.tied) > 1 and tied["rate"].n_unique() == 1 and tied["status"].n_unique() == 1:
         line = f"best: a tie at {top['rate']:.4g} req/s ({top['status']}) between {', '.join(ranking.tied)}"
     elif len(ranking.tied) > 1:
-        each = ", ".join(
-            f"{r['candidate']} ({r['rate']:.4g} req/s, {r['status']})" for r in tied.iter_rows(named=True)
-        )
+        each = ", ".join(_tied_words(r, ranking.plans[r["candidate"]]) for r in tied.iter_rows(named=True))
         line = (
             f"best: a tie between {each}: their searches cannot order them (none failed at a rate up to "
             f"{top['rate']:.4g} req/s, each knee known only within its bracket, --precision)"
@@ -196,6 +194,15 @@ def _best_line(ranking: Any, total: int) -> str:
     elif top["set_aside"]:
         line += f" (every candidate sets aside {of(top['set_aside'])})"
     return line
+
+
+def _tied_words(row: dict[str, Any], result: Any) -> str:
+    """One tied candidate in the best line: its rate and status; for status `burst`, the rate is the highest
+    steady pass (or none) and the knee that passed only as a burst is named beside it."""
+    rate = "no steady pass" if row["rate"] is None else f"{row['rate']:.4g} req/s"
+    if row["status"] == "burst" and result.burst_rate is not None:
+        return f"{row['candidate']} ({rate}, burst: its knee {result.burst_rate:.4g} req/s passed only as a burst)"
+    return f"{row['candidate']} ({rate}, {row['status']})"
 
 
 def _margin(ranking: Any, t: Any) -> str:

@@ -84,8 +84,14 @@ class Spelling:
 
     drop = "drop the flag"
 
-    def __init__(self, flag_of: dict[str, str] | None = None) -> None:
+    def __init__(self, flag_of: dict[str, str] | None = None, fields: Iterable[str] = ()) -> None:
         self.flag_of = dict(flag_of or {})
+        self.fields = frozenset(fields)  # (knobs given by a run file's [config]: `RunFileSpelling`)
+
+    def of(self, name: str) -> Spelling:
+        """The spelling of knob `name`'s own refusal: a run file's field (`RunFileSpelling`: "the field",
+        "drop it") where the run file gave it, else this one."""
+        return RunFileSpelling(self.flag_of) if name in self.fields else self
 
     def knob(self, name: str) -> str:
         return _knob_flags(name)[0]
@@ -113,6 +119,24 @@ class FieldSpelling(Spelling):
 
     def value(self, name: str, value: Any) -> str:
         return format_value(value) if isinstance(value, bool) else "none" if value is None else repr(value)
+
+
+class RunFileSpelling(Spelling):
+    """The refusal of a knob a run file's [config] gave (`kvsim run --toml`, `kvsim plan --toml`): the
+    knob is a field, not a flag ("the field", "drop it"); the other knobs the message names keep their
+    flags."""
+
+    drop = "drop it"
+
+    def value(self, name: str, value: Any) -> str:
+        said = super().value(name, value)
+        return "the field" if said == "the flag" else said
+
+
+def spelling(args: argparse.Namespace) -> Spelling:
+    """`kvsim run`'s and `kvsim plan`'s spelling: flags as typed (`args.flag_of`), and the knobs given by the
+    run file only (`args.given_knobs` without a flag) as its fields."""
+    return Spelling(args.flag_of, set(args.given_knobs) - set(args.flag_of))
 
 
 FLAGS = Spelling()
@@ -195,8 +219,10 @@ def _refuse_idle_model_knobs(
 ) -> None:
     """`kvsim run`'s refusal of a model's knob the user gave that this model gives nothing to act on
     (`idle_model_knobs`; it ran unread and `config:` listed it)."""
-    for name, why in idle_model_knobs(config, Spelling(flag_of)).items():
+    spell = Spelling(flag_of, set(cfg) - set(flag_of))
+    for name, why in idle_model_knobs(config, spell).items():
         if why is not None and name in cfg:
+            why = idle_model_knobs(config, spell.of(name))[name]
             raise FlagError(f"{_given_at(args, flag_of, name)}: {why}")
 
 
@@ -595,7 +621,7 @@ def _refuse_idle_knobs(args: argparse.Namespace, config: Any, prefill: Any = Non
     does not read (`idle_knobs`; it was accepted and dropped, and `config:` showed it as if it took effect):
     refused by the flag as typed, or the run file (`given_where`, as `kvsim plan` names it)."""
     refuse_idle_at_every_point(
-        [(config, prefill)], given_where(args), Spelling(args.flag_of), model=False, given=args.given_knobs
+        [(config, prefill)], given_where(args), spelling(args), model=False, given=args.given_knobs
     )
 
 
@@ -632,4 +658,18 @@ def refuse_idle_at_every_point(
                 why.setdefault(name, idle)
     for name, text in why.items():
         if name not in acts:
+            if name in spell.fields:  # (a run file's field: its verdict again, spelled as one)
+                text = _verdict(points, name, spell.of(name), model) or text
             raise FlagError(f"{where(name)}: {text}")
+
+
+def _verdict(points: Iterable[tuple[Any, Any]], name: str, spell: Spelling, model: bool) -> str | None:
+    """Knob `name`'s first refusal at `points` (`refuse_idle_at_every_point`) in `spell`."""
+    for config, prefill in points:
+        verdicts = {
+            **(idle_model_knobs(config, spell) if model else {}),
+            **idle_knobs(config, prefill, spell),
+        }
+        if verdicts.get(name) is not None:
+            return verdicts[name]
+    return None

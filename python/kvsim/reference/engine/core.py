@@ -239,16 +239,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                     raise InternalError(f"no progress at time {self.t} ps")
                 continue
             if idle:
-                if self.tier_flight and not self.finished_last:
-                    self.tier_output()  # async_scheduling, a CPU tier: nothing to schedule, the output arrives
-                    continue
-                if self.async_prev >= 0:
-                    # async_scheduling: nothing left to schedule behind the step in flight (its batch was
-                    # only discarded tokens); the engine waits for it, then takes arrivals up to its end.
-                    self.async_prev = -1
-                    continue
-                if self.finished_last:  # CPU tier: the finished requests' last stores, in a step of their own
-                    self.step() if self.cfg.async_scheduling else self.tier_empty_step()
+                if self.idle_turn():
                     continue
                 if self.nxt == n:
                     break
@@ -273,14 +264,7 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
                     return
                 continue
             if self.idle:
-                if self.tier_flight and not self.finished_last:
-                    self.tier_output()  # as in `advance`
-                    continue
-                if self.async_prev >= 0:
-                    self.async_prev = -1  # async_scheduling: as in `advance`
-                    continue
-                if self.finished_last:
-                    self.step() if self.cfg.async_scheduling else self.tier_empty_step()
+                if self.idle_turn():
                     continue
                 if self.nxt < len(self.seqs) and arrivals[self.nxt] < horizon:
                     self.t = arrivals[self.nxt]
@@ -291,6 +275,28 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
             if self.send_ends:
                 self.free_sent()
             self.step()
+
+    def idle_turn(self) -> bool:
+        """An idle engine's turn before it jumps to the next arrival; returns whether it took one (the
+        Rust engine's `Engine::idle_turn`). With a CPU tier under `async_scheduling`, the batch in
+        flight's output arrives (`tier_output`), unless the finished requests' last stores wait for a batch
+        of their own. Under `async_scheduling`, nothing left to schedule behind the step in flight (its
+        batch was only discarded tokens): the engine waits for it, then takes arrivals up to its end. With
+        a CPU tier, the finished requests' last stores, in a step of their own (under `async_scheduling` a
+        batch)."""
+        if self.tier_flight and not self.finished_last:
+            self.tier_output()
+            return True
+        if self.async_prev >= 0:
+            self.async_prev = -1
+            return True
+        if self.finished_last:
+            if self.cfg.async_scheduling:
+                self.step()
+            else:
+                self.tier_empty_step()
+            return True
+        return False
 
     # -- a disaggregated fleet's prefill side (DESIGN.md §Prefill/decode disaggregation, step 7) -------
     def send_ended(self, row: int, end: int) -> None:
