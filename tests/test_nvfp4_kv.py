@@ -202,3 +202,10 @@ def test_head_sizes_flashinfer_does_not_take_are_refused():
     )
     assert "K heads of 128 and V heads of 64" in (nvfp4_refusal(lopsided, "nvfp4") or "")
     assert nvfp4_refusal(m, "fp8", "gfx942") is None
+
+
+def test_a_block_flashinfer_takes_is_a_multiple_of_16(capsys):
+    out = _json(capsys, [*LLAMA_ON_B200, "--kv-cache-dtype", "nvfp4", "--block-size", "48"])["pool_sizing"]
+    assert out["bytes_per_block"] == 48 * 36_864
+    err = _error(capsys, [*LLAMA_ON_B200, "--kv-cache-dtype", "nvfp4", "--block-size", "8"])
+    assert "block size 8: vLLM 0.33.0 and 0.34.0 start no attention backend on a GPU for it" in err

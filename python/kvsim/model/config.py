@@ -313,11 +313,13 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         from kvsim.model.models import resolve
 
         m = resolve(self.model)
-        if self.kv_cache_dtype in ("nvfp4", "nvfp4_4over6"):
+        kv_dtype = m.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+        if kv_dtype in ("nvfp4", "nvfp4_4over6"):
             from kvsim.model.kv_dtype_values import check_nvfp4
 
-            # FlashInfer's limits on this model and GPU (vLLM 0.34.0's `supports_kv_cache_dtype`, ...)
-            check_nvfp4(m, self.kv_cache_dtype, resolve_gpu(self.gpu).arch if self.gpu is not None else None)
+            # FlashInfer's limits on this model and GPU (vLLM 0.34.0's `supports_kv_cache_dtype`, ...), the
+            # dtype asked or, under auto, a ModelOpt checkpoint's
+            check_nvfp4(m, kv_dtype, resolve_gpu(self.gpu).arch if self.gpu is not None else None)
         if not m.is_dsa:
             return
         # vLLM serves sparse attention on its v1 engine only (DeepSeek-V3.2 came after v0 was gone): v0's
