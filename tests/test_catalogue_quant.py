@@ -99,12 +99,23 @@ def test_a_modelopt_kv_cache_is_fp8_as_vllm_resolves_it(tmp_path, kv, dtype):
 @pytest.mark.parametrize(
     "kv", [{"kv_cache_scheme": {"num_bits": 4, "type": "float"}}, {"kv_cache_quant_algo": "NVFP4"}]
 )
-def test_a_modelopt_nvfp4_kv_cache_is_refused_by_name(tmp_path, kv):
+def test_a_modelopt_nvfp4_kv_cache_is_nvfp4_under_auto(tmp_path, kv):
+    """vLLM's `--kv-cache-dtype auto` takes nvfp4 from such a checkpoint (`vllm/utils/torch_utils.py`): 36,864
+    bytes a token for Llama-3.1-8B (32 × 8 × 2 × (64 + 8)); an MLA checkpoint's is refused by name."""
     base = json.loads((HF / "llama-3.1-8b.json").read_text())
     qc = {"quant_method": "modelopt", "quant_algo": "FP8", **kv}
     (tmp_path / "m.json").write_text(json.dumps({**base, "quantization_config": qc}))
-    with pytest.raises(InvalidArgumentError, match="an NVFP4 KV cache is not modelled by kvsim"):
-        models.from_hf_config(tmp_path / "m.json")
+    m = models.from_hf_config(tmp_path / "m.json")
+    assert m.kv_dtype == "nvfp4"
+    assert m.kv_bytes_per_token == 32 * 8 * 2 * 72
+    from kvsim.model.sizing import pool_blocks
+
+    with pytest.raises(InvalidArgumentError, match="serves no NVFP4 KV cache on gfx942"):
+        pool_blocks(m, "mi300x", 16)
+    mla = json.loads((HF / "deepseek-v3.json").read_text())
+    (tmp_path / "d.json").write_text(json.dumps({**mla, "quantization_config": qc}))
+    with pytest.raises(InvalidArgumentError, match="the checkpoint quantizes the KV cache to NVFP4"):
+        models.from_hf_config(tmp_path / "d.json")
 
 
 def test_nvfp4_fp8_block_and_compressed_tensors(tmp_path):

@@ -488,8 +488,11 @@ def test_vllm_kv_cache_dtype_spellings():
         for d in ("fp8", "fp8_e4m3", "fp8_e5m2")
     }
     assert halves == {2 * a.num_blocks}
-    with pytest.raises(InvalidArgumentError, match="kv_cache_dtype 'nvfp4' is not one of"):
-        SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="nvfp4")
+    # NVFP4: 32 layers × 8 KV heads × (K + V) × (128 // 2 + 128 // 16) bytes = 36,864 a token (9/32 of bf16's)
+    q = SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="nvfp4")
+    assert q.num_blocks == 10 * 2**30 // (q.block_size * 32 * 8 * 2 * 72)
+    with pytest.raises(InvalidArgumentError, match="kv_cache_dtype 'fp8_inc' is not one of"):
+        SimConfig(model="llama-3-8b", kv_cache_bytes="10GiB", kv_cache_dtype="fp8_inc")
 
 
 def test_an_unknown_field_is_kvsims_error_with_a_suggestion():

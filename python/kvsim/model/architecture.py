@@ -22,8 +22,9 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.dsa import FP8_DS_MLA, dsa_index_bytes, index_key_bytes, mla_entry_bits
-from kvsim.model.dtypes import DTYPE_BITS, HF_DTYPES, dtype_bits
+from kvsim.model.dtypes import DTYPE_BITS, HF_DTYPES, NVFP4_KV, dtype_bits
 from kvsim.model.encoders import Tower
+from kvsim.model.kv_dtype_values import check_nvfp4
 from kvsim.model.layers import FULL, Layer
 
 
@@ -127,8 +128,11 @@ class Model:
 
     def __post_init__(self) -> None:
         dtype_bits(self.weight_dtype)
-        if self.weight_dtype == FP8_DS_MLA:
-            raise InvalidArgumentError("fp8_ds_mla is a KV cache layout (sparse MLA's), not a weight dtype")
+        if self.weight_dtype == FP8_DS_MLA or self.weight_dtype in NVFP4_KV:
+            owner = "sparse MLA's" if self.weight_dtype == FP8_DS_MLA else "FlashInfer's"
+            raise InvalidArgumentError(
+                f"{self.weight_dtype} is a KV cache layout ({owner}), not a weight dtype"
+            )
         dtype_bits(self.kv_dtype)
         if self.layers and len(self.layers) != self.num_layers:
             raise InvalidArgumentError(
@@ -196,7 +200,7 @@ class Model:
             if layer.kind in ("full", "sliding_window", "chunked_local"):
                 heads = layer.num_kv_heads or self.num_kv_heads
                 # K and V: 2 x head_dim, or K's and V's widths where they differ (MiMo-V2)
-                bits += heads * layer.kv_width(self.head_dim) * dtype_bits(self.kv_dtype)
+                bits += heads * layer.kv_bits(self.head_dim, self.kv_dtype)
             if layer.kind == "full" and layer.index_head_dim:
                 # MiniMax-M3's sparse layer: its index key (bf16, one copy a GPU, whatever the KV dtype)
                 bits += 8 * index_key_bytes(self, layer.index_head_dim)
@@ -249,6 +253,8 @@ class Model:
                 f"model {self.name}: fp8_ds_mla is FlashMLA's sparse MLA entry (DeepSeek-V3.2's, GLM-5's), not "
                 "this model's cache layout"
             )
+        # (the GPU's rules, `kv_dtype_values.nvfp4_refusal` on its arch, are the config's: `SimConfig`)
+        check_nvfp4(self, kv_dtype)
         return dataclasses.replace(self, kv_dtype=kv_dtype)
 
     def with_weight_dtype(self, weight_dtype: str) -> Model:

@@ -304,7 +304,8 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         the model's except where vLLM 0.33.0 overrides it on the GPU named (GLM-5, `glm_moe_dsa`, takes fp8
         on compute capability 10.x: `GlmMoeDsaForCausalLM.verify_and_update_config`,
         `vllm/model_executor/models/config.py`, "Using fp8 kv-cache for GlmMoeDsaForCausalLM on SM10x"); its
-        block is its indexer's (given or not: `dsa.dsa_block_size`). `replace` derives both again."""
+        block is its indexer's (given or not: `dsa.dsa_block_size`). `replace` derives both again. An NVFP4 KV
+        cache is checked against FlashInfer's limits on the model and GPU (`kv_dtype_values.nvfp4_refusal`)."""
         if self.model is None:
             return
         from kvsim.model import dsa
@@ -312,6 +313,13 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         from kvsim.model.models import resolve
 
         m = resolve(self.model)
+        kv_dtype = m.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+        if kv_dtype in ("nvfp4", "nvfp4_4over6"):
+            from kvsim.model.kv_dtype_values import check_nvfp4
+
+            # FlashInfer's limits on this model and GPU (vLLM 0.34.0's `supports_kv_cache_dtype`, ...), the
+            # dtype asked or, under auto, a ModelOpt checkpoint's
+            check_nvfp4(m, kv_dtype, resolve_gpu(self.gpu).arch if self.gpu is not None else None)
         if not m.is_dsa:
             return
         # vLLM serves sparse attention on its v1 engine only (DeepSeek-V3.2 came after v0 was gone): v0's

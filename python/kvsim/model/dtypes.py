@@ -21,7 +21,15 @@ DTYPE_BITS: dict[str, int] = {
     # FlashMLA's fp8_ds_mla (sparse MLA, `kvsim.model.dsa.FP8_DS_MLA`): its NoPE values' 8 bits; an entry's
     # bytes are its own, 656 (`kvsim.model.dsa.mla_entry_bits`)
     FP8_DS_MLA: 8,
+    # vLLM's NVFP4 KV cache (FlashInfer's): 4-bit values; a head's bytes a token are its own, with an fp8
+    # scale per 16 values (`nvfp4_head_bytes`, `kv_head_bits`)
+    "nvfp4": 4,
+    "nvfp4_4over6": 4,
 }
+
+# The KV cache dtypes of vLLM's NVFP4 layout (`vllm/v1/kv_cache_interface.py` `get_kv_quant_mode`: both are
+# `KVQuantMode.NVFP4`; `nvfp4_4over6` picks each block's scale differently, in the same bytes).
+NVFP4_KV = ("nvfp4", "nvfp4_4over6")
 
 
 def dtype_bits(dtype: str) -> int:
@@ -34,6 +42,23 @@ def dtype_bits(dtype: str) -> int:
         return DTYPE_BITS[dtype]
     except KeyError:
         raise InvalidArgumentError(f"unknown dtype {dtype!r}; known: {sorted(DTYPE_BITS)}") from None
+
+
+def nvfp4_head_bytes(head_size: int) -> int:
+    """Bytes one K or V head of `head_size` values keeps a token in vLLM's NVFP4 KV cache: `head_size // 2`
+    bytes of 4-bit values and `head_size // 16` of fp8 scales (vLLM 0.33.0's and 0.34.0's
+    `nvfp4_kv_cache_full_dim`, `vllm/utils/torch_utils.py`; a uint8 page, `FlashInferBackend.customize_spec`)."""
+    return head_size // 2 + head_size // 16
+
+
+def kv_head_bits(k_width: int, v_width: int, kv_dtype: str, bits: int | None = None) -> int:
+    """Bits one KV head keeps a token: its K head's `k_width` values and its V head's `v_width`, at `bits`
+    each (default: `kv_dtype`'s), or, for an NVFP4 KV cache (`NVFP4_KV`), the bytes vLLM's page gives each
+    (`nvfp4_head_bytes`: 4.5 bits a value at head sizes that are multiples of 16), counted from its integer
+    formula, not from a fractional size a value."""
+    if kv_dtype in NVFP4_KV:
+        return 8 * (nvfp4_head_bytes(k_width) + nvfp4_head_bytes(v_width))
+    return (k_width + v_width) * (bits if bits is not None else dtype_bits(kv_dtype))
 
 
 HF_DTYPES = {

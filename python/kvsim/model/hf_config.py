@@ -17,6 +17,7 @@ from kvsim.model.dsa import MINIMAX_M3_TYPES, minimax_m3_schema
 from kvsim.model.dtypes import HF_DTYPES, dtype_bits
 from kvsim.model.encoders import Tower
 from kvsim.model.hf_layers import layers_from_hf_config
+from kvsim.model.kv_dtype_values import nvfp4_refusal
 from kvsim.model.nemotron_nas import MODEL_TYPE as NAS_TYPE
 from kvsim.model.nemotron_nas import first_kv_heads, nas_blocks
 from kvsim.model.rope import LEGACY_ROPE_NAMES
@@ -659,7 +660,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         weight_dtype=weight_dtype,
         # The KV cache stays in torch_dtype whatever the weights' quantization, unless the checkpoint
         # quantizes it too (vLLM's --kv-cache-dtype auto then resolves to fp8).
-        kv_dtype="fp8" if q.kv_fp8 else dtype,
+        kv_dtype="fp8" if q.kv_fp8 else "nvfp4" if q.kv_nvfp4 else dtype,
         kv_lora_rank=cache_lora,
         qk_rope_head_dim=cache_rope,
         qk_nope_head_dim=pick("qk_nope_head_dim", default=0, required=False) if cache_lora else 0,
@@ -691,6 +692,14 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         rope_cache_bytes=rope_bytes,
         mla_absorbed_bytes=mla_absorbed_bytes(b, q, dtype_bits(dtype)),
     )
+    why = nvfp4_refusal(model, model.kv_dtype)
+    if why is not None:
+        # (the checkpoint's NVFP4 KV cache, which vLLM's --kv-cache-dtype auto takes: FlashInfer's limits)
+        raise InvalidArgumentError(
+            f"{model.name}: the checkpoint quantizes the KV cache to NVFP4 (ModelOpt's kv_cache_quant_algo or "
+            f"kv_cache_scheme, which --kv-cache-dtype auto takes), but vLLM 0.34.0 (and 0.33.0) serves no NVFP4 "
+            f"KV cache {why}"
+        )
     return model
 
 

@@ -61,7 +61,19 @@ CLUSTER_KNOBS = (
 TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "roofline", "calibrated")
 # vLLM's --kv-cache-dtype values that kvsim models (vLLM 0.33.0's `CacheDType`: auto, float16, bfloat16, fp8,
 # fp8_e4m3, fp8_e5m2; not its scaled and 4-bit formats) and kvsim's short names.
-KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp16", "bf16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
+KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp16",
+    "bf16",
+    "fp32",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "nvfp4",
+    "nvfp4_4over6",
+)
 PS_PER_S = 10**12
 MAX_BLOCKS = (1 << 32) - 3
 # The simulated clock's range (about 53 days; the Rust engine's MAX_TIME_PS): a step that would end past
@@ -584,8 +596,9 @@ KNOBS: dict[str, Knob] = {
     "kv_cache_dtype": Knob(
         "auto",
         "choice",
-        "KV cache dtype: auto (the model's), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2 (vLLM's "
-        "--kv-cache-dtype); kvsim's bf16, fp16, fp32 (the command line refuses them from vllm-0.33 on)",
+        "KV cache dtype: auto (the model's), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, nvfp4, nvfp4_4over6 "
+        "(vLLM's --kv-cache-dtype; nvfp4: FlashInfer's 4-bit values and an fp8 scale per 16, 9/32 of a bf16 "
+        "page, vllm-0.33 on); kvsim's bf16, fp16, fp32 (the command line refuses them from vllm-0.33 on)",
         choices=KV_CACHE_DTYPES,
         aliases=(("bfloat16", "bf16"), ("float16", "fp16")),
     ),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvsim.errors import InvalidArgumentError, UnsplittableModelError
+from kvsim.model.dtypes import kv_head_bits
 
 # kvsim's token limit (the knobs' bound on token counts, `knob_table.MAX_TOKENS`, which is this one):
 # also the most tokens a block may hold.
@@ -155,6 +156,12 @@ class Layer:
         head_size_v`, `AttentionSpec.real_page_size_bytes`); `model_head_dim` where the layer states none."""
         k = self.head_dim or model_head_dim
         return k + (self.v_head_dim or k)
+
+    def kv_bits(self, model_head_dim: int, kv_dtype: str, bits: int | None = None) -> int:
+        """The bits one KV head keeps a token: `kv_width`'s values at `bits` each (default: `kv_dtype`'s), or
+        an NVFP4 cache's bytes for its K and V heads (`kvsim.model.dtypes.kv_head_bits`)."""
+        k = self.head_dim or model_head_dim
+        return kv_head_bits(k, self.v_head_dim or k, kv_dtype, bits)
 
 
 FULL = Layer("full")

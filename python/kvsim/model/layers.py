@@ -210,24 +210,24 @@ def gdn_flashinfer(arch: str | None, head_k_dim: int, backend: str = "auto") -> 
 def _attention_page(layer: Layer, model: Any, tp: int, kv_bits: int, block_size: int) -> int:
     """One block's bytes in one attention layer on one of `tp` ranks (vLLM's `page_size_bytes`)."""
     if model.is_mla:
-        width, coef, heads = model.kv_lora_rank + model.qk_rope_head_dim, 1, 1
+        width = model.kv_lora_rank + model.qk_rope_head_dim
+        index = 0
         if layer.index_head_dim and layer.kind == "full":
             # DeepSeek-V3.2: the layer's indexer key cache (uint8, one copy a GPU) joins its latent's group
             # (`UniformTypeKVCacheSpecs`): a block takes both pages.
             index = block_size * dsa_index_bytes(layer.index_head_dim)
-            # (an fp8_ds_mla entry: 656 bytes whatever the bits, `kvsim.model.dsa.mla_entry_bits`)
-            return block_size * mla_entry_bits(width, model.kv_dtype, kv_bits) // 8 + index
-    else:
-        heads = layer.num_kv_heads or model.num_kv_heads
-        heads = max(1, heads // tp)  # ModelConfig.get_num_kv_heads: replicated when tp > heads
-        # K and V (`head_size + head_size_v`: twice the head width unless V's differs, MiMo-V2)
-        width, coef = layer.kv_width(model.head_dim), 1
-        if layer.index_head_dim and layer.kind == "full":
-            # MiniMax-M3's sparse layer: its index key cache (bf16, one copy a GPU; `MiniMaxM3IndexerCache`)
-            # joins its K and V's group (`UniformTypeKVCacheSpecs`): a block takes both pages.
-            index = block_size * index_key_bytes(model, layer.index_head_dim)
-            return block_size * heads * width * kv_bits // 8 + index
-    return block_size * heads * coef * width * kv_bits // 8
+        # (an fp8_ds_mla entry: 656 bytes whatever the bits, `kvsim.model.dsa.mla_entry_bits`)
+        return block_size * mla_entry_bits(width, model.kv_dtype, kv_bits) // 8 + index
+    heads = layer.num_kv_heads or model.num_kv_heads
+    heads = max(1, heads // tp)  # ModelConfig.get_num_kv_heads: replicated when tp > heads
+    index = 0
+    if layer.index_head_dim and layer.kind == "full":
+        # MiniMax-M3's sparse layer: its index key cache (bf16, one copy a GPU; `MiniMaxM3IndexerCache`)
+        # joins its K and V's group (`UniformTypeKVCacheSpecs`): a block takes both pages.
+        index = block_size * index_key_bytes(model, layer.index_head_dim)
+    # K and V (`head_size + head_size_v`: twice the head width unless V's differs, MiMo-V2), at `kv_bits`
+    # a value, or an NVFP4 cache's bytes from vLLM's formula (`kvsim.model.dtypes.kv_head_bits`)
+    return block_size * heads * layer.kv_bits(model.head_dim, model.kv_dtype, kv_bits) // 8 + index
 
 
 def _with_checkpoints(group: KVGroup, layers: list[Layer]) -> KVGroup:

@@ -139,6 +139,8 @@ class Quantization:
         kv_fp8: the checkpoint quantizes the KV cache to fp8 (modelopt's `kv_cache_scheme` or
             `kv_cache_quant_algo: FP8`, compressed-tensors' 8-bit float `kv_cache_scheme`): vLLM's `--kv-cache-dtype auto` then resolves
             to fp8 (`resolve_kv_cache_dtype_string`, `Attention.__init__`).
+        kv_nvfp4: a ModelOpt checkpoint quantizes the KV cache to NVFP4 (a 4-bit float `kv_cache_scheme`,
+            `kv_cache_quant_algo: NVFP4`): `--kv-cache-dtype auto` then resolves to nvfp4.
         modules: each module's format in each layer, where the checkpoint decides them module by module
             (ModelOpt's MIXED_PRECISION); None: `formats` decides by group.
     """
@@ -148,6 +150,7 @@ class Quantization:
     ignored: tuple[str, ...] = ()
     kv_fp8: bool = False
     modules: ModuleFormats | None = None
+    kv_nvfp4: bool = False
 
     def quantized(self, m: Matrix, b: Breakdown, group: str) -> int:
         """How many of `m`'s `count` matrices (of `b`) are stored quantized: those of the decoder layers where

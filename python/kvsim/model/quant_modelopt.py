@@ -3,7 +3,7 @@ DESIGN.md §Defaults and sizing, "Weights"): `FP8` and `NVFP4` give every linear
 (`ModelOptFp8Config`, `ModelOptNvFp4Config`); `MIXED_PRECISION` (`ModelOptMixedPrecisionConfig`, NVIDIA's
 NVFP4 releases of Qwen3.6, Nemotron 3.5, MiniMax-M3) names each module's algorithm in its
 `quantized_layers` map, which vLLM reads module by module as it builds the model (`MixedPrecision`). The
-KV cache's dtype is read as vLLM resolves `--kv-cache-dtype auto` for any of them (`kv_fp8`).
+KV cache's dtype is read as vLLM resolves `--kv-cache-dtype auto` for any of them (`kv_algo`).
 """
 
 from __future__ import annotations
@@ -41,13 +41,14 @@ _NVFP4_FAMILY = ("NVFP4", "W4A16_NVFP4")
 _B12X = ("IQ2_XS", "IQ2_XXS", "Q8_0")
 
 
-def kv_fp8(qc: dict[str, Any], inner: dict[str, Any], where: str) -> bool:
-    """Whether a ModelOpt checkpoint's KV cache is fp8, as vLLM 0.33.0 resolves `--kv-cache-dtype auto` for it
+def kv_algo(qc: dict[str, Any], inner: dict[str, Any], where: str) -> str:
+    """A ModelOpt checkpoint's KV cache dtype (`fp8`, `nvfp4`, or `""`: the model's), as vLLM 0.33.0 and 0.34.0
+    resolve `--kv-cache-dtype auto` for it
     (`get_kv_cache_quant_algo_string`, vllm/utils/torch_utils.py): the first set of `kv_cache_scheme` (the
     exporter's newer spelling, an 8-bit float scheme that is not dynamic: fp8) and `kv_cache_quant_algo`
-    (`FP8`), the inner `quantization` object's before the outer's. An NVFP4 KV cache (a 4-bit float scheme,
-    or `NVFP4`) is refused: kvsim does not model it. Another scheme or name vLLM warns of and serves in the
-    model's dtype: so does kvsim."""
+    (`FP8`), the inner `quantization` object's before the outer's; a 4-bit float scheme, or `NVFP4`, is
+    `nvfp4` (FlashInfer's NVFP4 pages: `kvsim.model.kv_dtype_values`). Another scheme or name vLLM warns of and
+    serves in the model's dtype: so does kvsim."""
     kv = inner.get("kv_cache_scheme") or qc.get("kv_cache_scheme")
     name = "kv_cache_scheme"
     if not kv:
@@ -59,13 +60,9 @@ def kv_fp8(qc: dict[str, Any], inner: dict[str, Any], where: str) -> bool:
         )
     if isinstance(kv, dict):
         if kv.get("dynamic") is False and kv.get("num_bits") == 8 and kv.get("type") == "float":
-            return True
+            return "fp8"
         kv = "nvfp4" if kv.get("num_bits") == 4 and kv.get("type") == "float" else None
-    if isinstance(kv, str) and kv.lower() == "nvfp4":
-        raise InvalidArgumentError(
-            f"{where}: modelopt {name} {kv!r}: an NVFP4 KV cache is not modelled by kvsim (FP8 is)"
-        )
-    return isinstance(kv, str) and kv.lower() == "fp8"
+    return kv.lower() if isinstance(kv, str) and kv.lower() in ("fp8", "nvfp4") else ""
 
 
 # vLLM 0.34.0's CSF encodings of NVFP4 block scales (`CSF_SCALE_ENCODINGS`, quantization/utils/nvfp4_utils.py)
@@ -121,10 +118,15 @@ def modelopt(qc: dict[str, Any], where: str) -> Quantization:
     ignored = ignore_list(qc, where, "exclude_modules", "ignore") or ignore_list(
         inner, where, "exclude_modules"
     )
-    kv = kv_fp8(qc, inner, where)
+    algo_kv = kv_algo(qc, inner, where)
+    kv, kv4 = algo_kv == "fp8", algo_kv == "nvfp4"
     if algo == "FP8":
         return Quantization(
-            "modelopt", {g: Format("fp8", 8, "tensor") for g in LINEAR_GROUPS}, tuple(ignored), kv
+            "modelopt",
+            {g: Format("fp8", 8, "tensor") for g in LINEAR_GROUPS},
+            tuple(ignored),
+            kv,
+            kv_nvfp4=kv4,
         )
     if algo == "NVFP4":
         encoding = qc.get("weight_scale_encoding")
@@ -138,9 +140,9 @@ def modelopt(qc: dict[str, Any], where: str) -> Quantization:
         if group != 16:
             raise InvalidArgumentError(f"{where}: NVFP4 group_size {group}: vLLM's NVFP4 takes groups of 16")
         fmt = Format("nvfp4", 4, a16=weight_only_nvfp4(qc))
-        return Quantization("modelopt_fp4", {g: fmt for g in LINEAR_GROUPS}, tuple(ignored), kv)
+        return Quantization("modelopt_fp4", {g: fmt for g in LINEAR_GROUPS}, tuple(ignored), kv, kv_nvfp4=kv4)
     if algo == "MIXED_PRECISION":
-        return Quantization("modelopt_mixed", {}, tuple(ignored), kv, _mixed(qc, inner, where))
+        return Quantization("modelopt_mixed", {}, tuple(ignored), kv, _mixed(qc, inner, where), kv_nvfp4=kv4)
     raise InvalidArgumentError(
         f"{where}: modelopt quant_algo {algo!r} is not modelled by kvsim (FP8, NVFP4 and MIXED_PRECISION are)"
     )
@@ -329,7 +331,7 @@ __all__ = [
     "CSF_SCALE_ENCODINGS",
     "PACKED",
     "MixedPrecision",
-    "kv_fp8",
+    "kv_algo",
     "modelopt",
     "scale_encoding_refusal",
     "weight_only_nvfp4",

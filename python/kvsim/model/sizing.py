@@ -39,6 +39,7 @@ from kvsim.model.collectives import sequence_parallel_replicated
 from kvsim.model.gpus import Gpu, datacenter_blackwell, is_rocm, sm_capability
 from kvsim.model.gpus import resolve as get_gpu
 from kvsim.model.knobs import MAX_BLOCKS
+from kvsim.model.kv_dtype_values import check_nvfp4
 from kvsim.model.layers import KVLayout, kv_layout
 from kvsim.model.linear_time import (
     CALIBRATION_DIR,
@@ -213,6 +214,10 @@ def size_pool(
     # (on an AMD GPU vLLM's ROCm files, whose sequence-parallel MoE replicates less: `shard`)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     rocm = g is not None and is_rocm(g.arch)
+    if base is not None:
+        # (FlashInfer's limits on this GPU: the dtype asked, or under auto a ModelOpt checkpoint's)
+        asked = base.kv_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
+        check_nvfp4(base, asked, g.arch if g is not None else None)
     m = (
         shard(
             base,
@@ -654,6 +659,7 @@ def pool_blocks(
         kv_dtype = dsa.resolve(m, g.arch if g is not None else None, kv_dtype, block_size)[0]
     if kv_dtype is not None and kv_dtype != "auto":
         m = m.with_kv_dtype(kv_dtype)
+    check_nvfp4(m, m.kv_dtype, g.arch if g is not None else None)  # (FlashInfer's limits on this GPU)
     if block_size < 1:
         raise InvalidArgumentError(f"block_size {block_size} must be at least 1")
     if kv_cache_bytes is None:

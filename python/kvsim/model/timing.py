@@ -437,7 +437,9 @@ def roofline_time_model(
             kvh = max(1, (lay.num_kv_heads or model.num_kv_heads) // tp)
             width = lay.kv_width(model.head_dim)
             idx_heads = max(1, lay.index_heads // tp)
-            add_class(SLIDING, m3_topk, kvh * width * kv_bits / 8, 2.0 * heads * width)
+            add_class(
+                SLIDING, m3_topk, kvh * lay.kv_bits(model.head_dim, kv_name, kv_bits) / 8, 2.0 * heads * width
+            )
             idx = lay.index_head_dim
             add_class(FULL, 0, float(index_key_bytes(model, idx)), 2.0 * idx_heads * idx)
             continue
@@ -467,8 +469,9 @@ def roofline_time_model(
         kvh = max(1, (lay.num_kv_heads or model.num_kv_heads) // tp)
         # K and V widths (2 x head_dim, or MiMo-V2's K 192 + V 128): the bytes read a key, and
         # 2·heads·K FLOPs for the scores, 2·heads·V for the weighted values
+        # (an NVFP4 cache reads its page's bytes: 4-bit values and an fp8 scale per 16, `Layer.kv_bits`)
         width = lay.kv_width(model.head_dim)
-        add_class(kind, window, kvh * width * kv_bits / 8, 2.0 * heads * width)
+        add_class(kind, window, kvh * lay.kv_bits(model.head_dim, kv_name, kv_bits) / 8, 2.0 * heads * width)
     attention = tuple(
         AttentionClass(
             kind,
