@@ -17,6 +17,7 @@ import pytest
 
 import kvsim
 from kvsim import SimConfig
+from kvsim.model import presets
 from kvsim.model.config import PS_PER_S
 from kvsim.reference.engine import REJECT_REASONS
 
@@ -839,8 +840,8 @@ def test_defaults_are_vllm_0_34_the_newest_release_and_presets_name_older_ones()
     old = SimConfig.preset("vllm-0.33", **sized)
     assert old == SimConfig(**sized, **before)
     assert {k: getattr(old, k) for k in knobs[:6]} == {k: getattr(default, k) for k in knobs[:6]}
-    # Each preset's docstring line names its release range.
-    doc = SimConfig.preset.__doc__ or ""
+    # Each preset's line in the presets' docstring names its release range.
+    doc = presets.__doc__ or ""
     for name, releases in [
         ("vllm-latest", "0.34.0"),
         ("vllm-0.33", "0.23.0 to 0.33.0"),

@@ -1,0 +1,124 @@
+"""The presets: the knobs of a range of vLLM releases, read from each release's `vllm/v1/core` (DESIGN.md
+§Presets), which `SimConfig.preset(name, **overrides)` starts from; `SimConfig()` without a preset is
+`vllm-latest`.
+
+- `vllm-latest`: vLLM 0.34.0 (the defaults; `vllm-0.34` is the same preset, by its release's name):
+  `vllm-0.33`'s rules with 0.34.0's six changes (DESIGN.md §Presets): a default block of 64
+  (`default_block_size`), the KV cache sized from measured memory with an unset
+  `gpu_memory_utilization` read as 1.0 (`kv_cache_sizing="measured"`), and with a CPU tier a tier
+  hit cut by a window or a state taking the junction (`kv_offloading_hit_junction`) and
+  `store_threshold` counting a key once a request (`kv_offloading_store_threshold_count`); the CUDA
+  graphs captured at 0.34.0's split sizes (`cudagraph_capture_grid="split"`); DeepSeek-V3.2's and GLM-5's
+  ShardQ exchange buffers under tensor parallelism (`sparse_mla_shard_q`).
+- `vllm-0.33`: vLLM 0.23.0 to 0.33.0: freed blocks without a key to the head of the free queue
+  (`free_order="lifo_unhashed"`), admission only if the whole prompt fits
+  (`admission_gate="full-prompt"`, `scheduler_reserve_full_isl`), and with chunked prefill off the
+  waiting loop ends at a prompt over the budget left (`waiting_over_budget="stop"`); no watermark
+  (vLLM's default), and one given is kept free while some request runs
+  (`watermark_rule="while-running"`, vLLM 0.24.0 and later); and the six knobs 0.34.0 changed at
+  0.33.0's values (every older preset sets them so too): a default block of 16, the pool profiled at
+  `gpu_memory_utilization` 0.92, the CUDA graphs at the shared capture sizes, no ShardQ buffers, and
+  with a CPU tier the junction from the GPU lookup only and the threshold counting every offer.
+- `vllm-0.20`: vLLM 0.20.0 to 0.22.1: the full-prompt gate, classic free order, stop.
+- `vllm-0.19`: vLLM 0.19.0 to 0.19.1: as `vllm-0.20`, with `gpu_memory_utilization` 0.9 (0.20.0
+  raised vLLM's default to 0.92, the knob's; every older preset sets 0.9 too).
+- `vllm-v1`: vLLM 0.12.0 to 0.18.1: classic free order (every freed block to the tail), the first
+  chunk's blocks at admission, stop.
+- `vllm-0.11`: vLLM 0.9.2 to 0.11.2: as `vllm-v1`, but with chunked prefill off a prompt over the
+  budget left is skipped and later ones are tried (`waiting_over_budget="skip"`).
+- The presets older than 0.24.0 (`vllm-0.20` to `vllm-0.11`) have no watermark: one given to
+  them is refused.
+- `vllm-v0`: vLLM's v0 engine (the paper's): watermark 1 % at every admission
+  (`watermark_rule="always"`), a free block per running sequence,
+  copy-on-write sample groups, no chunked prefill, `preemption="auto"` (groups swapped to
+  `cpu_blocks`, lone sequences recomputed; with a `model`, `cpu_blocks` defaults to v0's 4 GiB of
+  swap space).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvsim.errors import InvalidArgumentError
+from kvsim.model.knobs import V0_SWAP_SPACE_BYTES, convert
+
+# What vLLM 0.34.0 changed (DESIGN.md §Presets, "vLLM 0.34.0"), as every earlier release had it.
+BEFORE_034: dict[str, Any] = {
+    "default_block_size": 16,
+    "kv_cache_sizing": "profiled",
+    "kv_offloading_hit_junction": False,
+    "kv_offloading_store_threshold_count": "per-offer",
+    "cudagraph_capture_grid": "shared",
+    "sparse_mla_shard_q": False,
+}
+# Before 0.20.0 vLLM's CacheConfig defaulted gpu_memory_utilization to 0.9 (DESIGN.md §Presets).
+_CLASSIC: dict[str, Any] = {
+    **BEFORE_034,
+    "policy": "vllm",
+    "free_order": "classic",
+    "admission_gate": "none",
+    "gpu_memory_utilization": 0.9,
+    # Before 0.28.0 vllm serve had no 160 GiB tier; before 0.20.0 vLLM did not subtract CUDA graphs.
+    "batch_rule": "serve-0.9",
+    "cudagraph_memory_bytes": 0,
+}
+_LATEST: dict[str, Any] = {
+    "policy": "vllm",
+    "free_order": "lifo_unhashed",
+    "admission_gate": "full-prompt",
+    "waiting_over_budget": "stop",
+    "watermark_rule": "while-running",
+}
+PRESETS: dict[str, dict[str, Any]] = {
+    # (0.34.0's six changes are the knobs' defaults: the preset names none of them)
+    "vllm-latest": _LATEST,
+    "vllm-0.34": _LATEST,
+    "vllm-0.33": {**_LATEST, **BEFORE_034},
+    "vllm-0.20": {
+        **_CLASSIC,
+        "admission_gate": "full-prompt",
+        "waiting_over_budget": "stop",
+        "gpu_memory_utilization": 0.92,
+        "cudagraph_memory_bytes": None,
+    },
+    "vllm-0.19": {**_CLASSIC, "admission_gate": "full-prompt", "waiting_over_budget": "stop"},
+    "vllm-v1": {**_CLASSIC, "waiting_over_budget": "stop"},
+    "vllm-0.11": {**_CLASSIC, "waiting_over_budget": "skip"},
+    "vllm-v0": {
+        **_CLASSIC,
+        "pool_null_block": "extra",  # (v0 had no null block: its floor(...) blocks all usable)
+        "waiting_over_budget": "stop",
+        "watermark": 0.01,
+        "watermark_rule": "always",
+        "append_check": "one-free-block",
+        "sampling": "fork-cow",
+        "chunked_prefill": False,
+        "preemption": "auto",
+        "batch_rule": "v0",
+    },
+}
+
+
+def preset_knobs(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The knobs preset `name` sets, with the overrides' checks that need the preset (before SimConfig takes
+    them); refuses an unknown name."""
+    if not isinstance(name, str) or name not in PRESETS:
+        raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, PRESETS))}")
+    chosen = dict(PRESETS[name])
+    if (
+        name not in ("vllm-latest", "vllm-0.34", "vllm-0.33")
+        and convert("max_model_len", overrides.get("max_model_len")) == -1
+    ):
+        raise InvalidArgumentError(
+            f"max_model_len auto (-1): preset {name!r} is an older vLLM than 0.33.0, whose auto-fit kvsim "
+            "models (vllm-0.33, vllm-latest); kvsim has not read that release's, so it does not guess it: give "
+            "a length"
+        )
+    if (
+        name == "vllm-v0"
+        and overrides.get("model") is not None
+        and "cpu_blocks" not in overrides
+        and "swap_space_bytes" not in overrides
+    ):
+        chosen["swap_space_bytes"] = V0_SWAP_SPACE_BYTES  # v0's default: 4 GiB of CPU memory per GPU
+    return chosen
