@@ -14,12 +14,16 @@ from os import PathLike, fspath
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
-from kvsim.model.knob_table import (
-    ADMISSION_GATES,
-    APPEND_CHECKS,
+from kvsim.model.knob_kinds import (
     CLUSTER_KNOBS,
     CONTIGUOUS_POLICIES,
     DEFAULT_ROUTER_WEIGHTS,
+    ROUTER_SCORERS,
+    V0_SWAP_SPACE_BYTES,
+)
+from kvsim.model.knob_table import (
+    ADMISSION_GATES,
+    APPEND_CHECKS,
     FREE_ORDERS,
     HYBRID_MANAGER,
     KNOBS,
@@ -34,12 +38,10 @@ from kvsim.model.knob_table import (
     POLICIES,
     PREEMPTIONS,
     PS_PER_S,
-    ROUTER_SCORERS,
     ROUTER_TIE_BREAKS,
     ROUTERS,
     SAMPLINGS,
     TIME_MODELS,
-    V0_SWAP_SPACE_BYTES,
     WAITING_OVER_BUDGET,
     WATERMARK_RULES,
     Knob,
