@@ -98,6 +98,30 @@ def test_auto_refusals_are_named():
     assert c.max_model_len == (c.num_blocks - 1) * 16
 
 
+def test_the_older_releases_auto_refusal_is_the_configurations_own(capsys):
+    """The older presets' refusal of auto was in `SimConfig.preset` only: `replace(max_model_len=-1)` on a
+    vllm-v1 configuration fitted, and plan's --compare ranked an auto candidate under --preset vllm-v1 (labelled
+    `max_model_len=-1`). SimConfig refuses it wherever it comes from, by the free order those presets set."""
+    older = SimConfig.preset("vllm-v1", model="llama-3.1-8b", gpu="h100-80gb")
+    with pytest.raises(InvalidArgumentError, match=r"max_model_len auto \(-1\) with free_order 'classic'"):
+        older.replace(max_model_len=-1)
+    with pytest.raises(InvalidArgumentError, match="has not read the older releases'"):
+        SimConfig(max_model_len="auto", free_order="classic", **LLAMA_70B_TP2)
+    assert SimConfig(max_model_len="auto", **LLAMA_70B_TP2).pool.auto_fit is not None
+    plan = ["plan", "--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--requests", "5"]
+    model = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--compare", "max_model_len=4096,auto"]
+    assert main([*plan, "--preset", "vllm-v1", *model]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        "kvsim plan: error: argument --compare: candidate max_model_len=auto: max_model_len auto"
+    )
+    assert main([*plan, *model]) == 0
+    out = capsys.readouterr().out
+    assert "max_model_len=auto " in out
+    assert "max_model_len=-1" not in out
+
+
 def test_auto_is_kept_as_given():
     """`to_dict` keeps -1, `describe` shows "auto", and both rebuild the fitted length; `replace` fits again
     (at tp 4 the 70B model's whole context fits)."""

@@ -68,7 +68,7 @@ from kvsim.model.knobs import (
     default,
 )
 from kvsim.model.layer_types import in_flight_batches
-from kvsim.model.presets import PRESETS, preset_knobs
+from kvsim.model.presets import PRESETS, older_release_refusal, preset_knobs
 
 # vLLM's defaults without a GPU to pick by (its LLM class on a GPU under 70 GiB or an A100).
 KNOB_DEFAULT_TOKENS = 8192
@@ -207,6 +207,9 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         object.__setattr__(self, "_given", {name: getattr(self, name) for name in _DERIVED})
         self._resolve_kv_cache_sizing()
         self._resolve_kv_cache_dtype()
+        refused = older_release_refusal(self.free_order, self._given["max_model_len"])  # type: ignore[attr-defined]
+        if refused is not None:
+            raise InvalidArgumentError(refused)
         self._resolve_block_size()
         self._check_context()
         self._default_context()

@@ -98,6 +98,26 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# The free order every preset older than vllm-0.33 sets (vLLM before 0.23.0, `free_order`'s classic): a
+# configuration with it models a release whose auto-fit kvsim has not read, so SimConfig refuses
+# max_model_len auto under it wherever the configuration comes from (a preset, `replace`, plan's
+# --compare, a sweep's grid; `older_release_refusal`).
+OLDER_FREE_ORDER = "classic"
+
+
+def older_release_refusal(free_order: str, max_model_len: Any) -> str | None:
+    """Why SimConfig refuses a configuration whose `free_order` is the older releases' (`OLDER_FREE_ORDER`):
+    max_model_len auto (-1), whose rule kvsim read in vLLM 0.33.0 and 0.34.0 only; None otherwise."""
+    if free_order != OLDER_FREE_ORDER:
+        return None
+    if max_model_len == -1:
+        return (
+            f"max_model_len auto (-1) with free_order {free_order!r} (vLLM before 0.23.0, the presets older than "
+            "vllm-0.33): kvsim models vLLM 0.33.0's and 0.34.0's auto-fit (vllm-0.33, vllm-latest) and has not "
+            "read the older releases', so it does not guess it: give a length"
+        )
+    return None
+
 
 def preset_knobs(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """The knobs preset `name` sets, with the overrides' checks that need the preset (before SimConfig takes
