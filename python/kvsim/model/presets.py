@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.dtypes import NVFP4_KV
 from kvsim.model.knobs import V0_SWAP_SPACE_BYTES, convert
 
 # What vLLM 0.34.0 changed (DESIGN.md §Presets, "vLLM 0.34.0"), as every earlier release had it.
@@ -99,17 +100,28 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 # The free order every preset older than vllm-0.33 sets (vLLM before 0.23.0, `free_order`'s classic): a
-# configuration with it models a release whose auto-fit kvsim has not read, so SimConfig refuses
-# max_model_len auto under it wherever the configuration comes from (a preset, `replace`, plan's
-# --compare, a sweep's grid; `older_release_refusal`).
+# configuration with it models a release whose auto-fit and NVFP4 KV cache kvsim has not read, so
+# SimConfig refuses max_model_len auto and an NVFP4 KV dtype (given, or auto's from a checkpoint) under it
+# wherever the configuration comes from (a preset, `replace`, plan's --compare, a sweep's grid;
+# `older_release_refusal`).
 OLDER_FREE_ORDER = "classic"
 
 
-def older_release_refusal(free_order: str, max_model_len: Any) -> str | None:
+def older_release_refusal(
+    free_order: str, max_model_len: Any, kv_dtype: str | None = None, from_auto: bool = False
+) -> str | None:
     """Why SimConfig refuses a configuration whose `free_order` is the older releases' (`OLDER_FREE_ORDER`):
-    max_model_len auto (-1), whose rule kvsim read in vLLM 0.33.0 and 0.34.0 only; None otherwise."""
+    max_model_len auto (-1), or a resolved KV dtype (`kv_dtype`, after auto) that is NVFP4, whose rules kvsim
+    read in vLLM 0.33.0 and 0.34.0 only (`from_auto`: the dtype is auto's, a checkpoint's); None otherwise."""
     if free_order != OLDER_FREE_ORDER:
         return None
+    if kv_dtype in NVFP4_KV:
+        whose = " (auto: the checkpoint's KV cache)" if from_auto else ""
+        return (
+            f"kv_cache_dtype {kv_dtype!r}{whose} with free_order {free_order!r} (vLLM before 0.23.0, the presets older "
+            "than vllm-0.33): kvsim models the NVFP4 KV cache as vLLM 0.33.0 and 0.34.0 lay it out (vllm-0.33, "
+            "vllm-latest) and has not read the older releases'"
+        )
     if max_model_len == -1:
         return (
             f"max_model_len auto (-1) with free_order {free_order!r} (vLLM before 0.23.0, the presets older than "
