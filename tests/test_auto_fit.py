@@ -184,6 +184,22 @@ def test_the_first_refusal_says_the_length_that_runs(capsys):
     assert main([*argv, "--max-model-len", "40576"]) == 0
 
 
+def test_the_one_request_refusal_names_a_run_files_field(capsys, tmp_path):
+    """A run file's max_model_len (or model) was blamed as `argument --model`, a flag never typed; it is
+    named by the run file's field, as the other refusals name it."""
+    run_file = tmp_path / "run.toml"
+    config = '[config]\nmodel = "llama-3.1-8b"\ngpu = "l4"\n'
+    run_file.write_text(config + "max_model_len = 131072\n")
+    err = _error(capsys, ["run", "--toml", str(run_file), "--requests", "3"])
+    assert err.startswith(
+        f"kvsim run: error: run file {run_file}: [config] max_model_len: model llama-3.1-8b "
+    ), err
+    assert "argument --" not in err.split(": model ")[0]
+    run_file.write_text(config)
+    err = _error(capsys, ["run", "--toml", str(run_file), "--requests", "3"])
+    assert err.startswith(f"kvsim run: error: run file {run_file}: [config] model: model llama-3.1-8b "), err
+
+
 def test_a_sweep_takes_auto_as_a_grid_value(tmp_path, capsys):
     import polars as pl
 
