@@ -224,3 +224,28 @@ def test_a_hybrid_model_is_fitted_by_its_groups():
     assert SimConfig(max_model_len=c.max_model_len, **kw).num_blocks == c.num_blocks
     with pytest.raises(InvalidArgumentError, match="does not fit one request"):
         SimConfig(max_model_len=c.max_model_len + 1, **kw)
+
+
+def test_a_prefill_pool_of_other_memory_under_auto_is_told_why_the_lengths_differ(capsys):
+    """With auto each pool fits its own length: a prefill pool of other memory stopped the run with two
+    lengths the user never gave. The refusal says auto fitted them and asks for one length; a length runs."""
+    argv = [
+        "run",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "l4",
+        "--kv-cache-sizing",
+        "profiled",
+        "--requests",
+        "3",
+    ]
+    pd = ["--prefill-replicas", "1", "--prefill-config", "gpu_memory_utilization=0.85"]
+    err = _error(capsys, [*argv, *pd, "--max-model-len", "auto"])
+    assert err.startswith("kvsim run: error: argument --prefill-config: prefill_config's max_model_len "), err
+    assert (
+        "(max_model_len auto fits each pool's length to its own memory: give max_model_len a number)" in err
+    )
+    err = _error(capsys, [*argv, *pd, "--max-model-len", "8192", "--prefill-config", "max_model_len=4096"])
+    assert "differs from the decode replicas' 8192: both pools" in err, err
+    assert main([*argv, *pd, "--max-model-len", "8192"]) == 0
