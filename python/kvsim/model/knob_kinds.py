@@ -47,8 +47,9 @@ CLUSTER_KNOBS = (
 # `calibrated` is the linear model with a measured calibration's coefficients (or the roofline with a
 # roofline calibration's efficiencies); the engines only ever see ticks, linear or roofline.
 TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "roofline", "calibrated")
-# vLLM's --kv-cache-dtype values that kvsim models (vLLM 0.33.0's `CacheDType`: auto, float16, bfloat16, fp8,
-# fp8_e4m3, fp8_e5m2; not its scaled and 4-bit formats) and kvsim's short names.
+# vLLM's --kv-cache-dtype values that kvsim models (vLLM 0.33.0's and 0.34.0's `CacheDType`: auto, float16,
+# bfloat16, fp8, fp8_e4m3, fp8_e5m2, nvfp4, nvfp4_4over6; not its scaled, per-token-head and other 4-bit
+# formats) and kvsim's short names.
 KV_CACHE_DTYPES = (
     "auto",
     "float16",
