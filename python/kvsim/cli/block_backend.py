@@ -47,7 +47,7 @@ def _why(size: int) -> str:
     return (
         f"block size {size}: vLLM 0.33.0 and 0.34.0 start no attention backend on a GPU for it (every backend on "
         "CUDA's and ROCm's lists takes multiples of 16 only: FlashAttention, Triton and FlexAttention any "
-        'multiple, FlashInfer 16, 32 or 64; vllm serve stops with "No valid attention backend found")'
+        'multiple, FlashInfer multiples of 16, 32 or 64 kernel blocks; vllm serve stops with "No valid attention backend found")'
     )
 
 
