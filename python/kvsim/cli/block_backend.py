@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# The presets named after the releases whose backends are read above (0.33.0, 0.34.0), and the defaults' (None).
-READ_PRESETS = (None, "vllm-latest", "vllm-0.34", "vllm-0.33")
+from kvsim.model.presets import READ_PRESETS  # (the releases whose backends are read above, and no preset)
+
 # The kernel block every non-MLA backend of vLLM 0.33.0 and 0.34.0 on CUDA and ROCm divides a block by.
 KERNEL_MULTIPLE = 16
 

@@ -99,6 +99,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# The presets named after the releases whose sources kvsim read for the KV cache dtypes' list and the
+# backends' block sizes (0.33.0, 0.34.0), and the defaults' (None: no preset, `vllm-latest`).
+READ_PRESETS = (None, "vllm-latest", "vllm-0.34", "vllm-0.33")
 # The free order every preset older than vllm-0.33 sets (vLLM before 0.23.0, `free_order`'s classic): a
 # configuration with it models a release whose auto-fit and NVFP4 KV cache kvsim has not read, so
 # SimConfig refuses max_model_len auto and an NVFP4 KV dtype (given, or auto's from a checkpoint) under it
@@ -137,10 +140,7 @@ def preset_knobs(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(name, str) or name not in PRESETS:
         raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, PRESETS))}")
     chosen = dict(PRESETS[name])
-    if (
-        name not in ("vllm-latest", "vllm-0.34", "vllm-0.33")
-        and convert("max_model_len", overrides.get("max_model_len")) == -1
-    ):
+    if name not in READ_PRESETS and convert("max_model_len", overrides.get("max_model_len")) == -1:
         raise InvalidArgumentError(
             f"max_model_len auto (-1): preset {name!r} is an older vLLM than 0.33.0, whose auto-fit kvsim "
             "models (vllm-0.33, vllm-latest); kvsim has not read that release's, so it does not guess it: give "
