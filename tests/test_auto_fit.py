@@ -98,6 +98,30 @@ def test_auto_refusals_are_named():
     assert c.max_model_len == (c.num_blocks - 1) * 16
 
 
+def test_the_older_releases_auto_refusal_is_the_configurations_own(capsys):
+    """The older presets' refusal of auto was in `SimConfig.preset` only: `replace(max_model_len=-1)` on a
+    vllm-v1 configuration fitted, and plan's --compare ranked an auto candidate under --preset vllm-v1 (labelled
+    `max_model_len=-1`). SimConfig refuses it wherever it comes from, by the free order those presets set."""
+    older = SimConfig.preset("vllm-v1", model="llama-3.1-8b", gpu="h100-80gb")
+    with pytest.raises(InvalidArgumentError, match=r"max_model_len auto \(-1\) with free_order 'classic'"):
+        older.replace(max_model_len=-1)
+    with pytest.raises(InvalidArgumentError, match="has not read the older releases'"):
+        SimConfig(max_model_len="auto", free_order="classic", **LLAMA_70B_TP2)
+    assert SimConfig(max_model_len="auto", **LLAMA_70B_TP2).pool.auto_fit is not None
+    plan = ["plan", "--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--requests", "5"]
+    model = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--compare", "max_model_len=4096,auto"]
+    assert main([*plan, "--preset", "vllm-v1", *model]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        "kvsim plan: error: argument --compare: candidate max_model_len=auto: max_model_len auto"
+    )
+    assert main([*plan, *model]) == 0
+    out = capsys.readouterr().out
+    assert "max_model_len=auto " in out
+    assert "max_model_len=-1" not in out
+
+
 def test_auto_is_kept_as_given():
     """`to_dict` keeps -1, `describe` shows "auto", and both rebuild the fitted length; `replace` fits again
     (at tp 4 the 70B model's whole context fits)."""
@@ -160,6 +184,22 @@ def test_the_first_refusal_says_the_length_that_runs(capsys):
     assert main([*argv, "--max-model-len", "40576"]) == 0
 
 
+def test_the_one_request_refusal_names_a_run_files_field(capsys, tmp_path):
+    """A run file's max_model_len (or model) was blamed as `argument --model`, a flag never typed; it is
+    named by the run file's field, as the other refusals name it."""
+    run_file = tmp_path / "run.toml"
+    config = '[config]\nmodel = "llama-3.1-8b"\ngpu = "l4"\n'
+    run_file.write_text(config + "max_model_len = 131072\n")
+    err = _error(capsys, ["run", "--toml", str(run_file), "--requests", "3"])
+    assert err.startswith(
+        f"kvsim run: error: run file {run_file}: [config] max_model_len: model llama-3.1-8b "
+    ), err
+    assert "argument --" not in err.split(": model ")[0]
+    run_file.write_text(config)
+    err = _error(capsys, ["run", "--toml", str(run_file), "--requests", "3"])
+    assert err.startswith(f"kvsim run: error: run file {run_file}: [config] model: model llama-3.1-8b "), err
+
+
 def test_a_sweep_takes_auto_as_a_grid_value(tmp_path, capsys):
     import polars as pl
 
@@ -184,3 +224,28 @@ def test_a_hybrid_model_is_fitted_by_its_groups():
     assert SimConfig(max_model_len=c.max_model_len, **kw).num_blocks == c.num_blocks
     with pytest.raises(InvalidArgumentError, match="does not fit one request"):
         SimConfig(max_model_len=c.max_model_len + 1, **kw)
+
+
+def test_a_prefill_pool_of_other_memory_under_auto_is_told_why_the_lengths_differ(capsys):
+    """With auto each pool fits its own length: a prefill pool of other memory stopped the run with two
+    lengths the user never gave. The refusal says auto fitted them and asks for one length; a length runs."""
+    argv = [
+        "run",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "l4",
+        "--kv-cache-sizing",
+        "profiled",
+        "--requests",
+        "3",
+    ]
+    pd = ["--prefill-replicas", "1", "--prefill-config", "gpu_memory_utilization=0.85"]
+    err = _error(capsys, [*argv, *pd, "--max-model-len", "auto"])
+    assert err.startswith("kvsim run: error: argument --prefill-config: prefill_config's max_model_len "), err
+    assert (
+        "(max_model_len auto fits each pool's length to its own memory: give max_model_len a number)" in err
+    )
+    err = _error(capsys, [*argv, *pd, "--max-model-len", "8192", "--prefill-config", "max_model_len=4096"])
+    assert "differs from the decode replicas' 8192: both pools" in err, err
+    assert main([*argv, *pd, "--max-model-len", "8192"]) == 0

@@ -254,3 +254,18 @@ def test_sweep_refuses_a_swap_space_and_a_models_knob_no_point_reads(capsys):
     assert main(["sweep", "--base", "num_blocks=300", "--base", "cpu_blocks=40", *grid, *small]) == 0
     grid = ["--grid", "model=llama-3-8b"]
     assert main(["sweep", "--base", "num_blocks=300", "--base", "tensor_parallel_size=2", *grid, *small]) == 0
+
+
+@pytest.mark.parametrize("knob", ["num_blocks", "kv_cache_bytes", "gpu_memory_utilization"])
+def test_plan_refuses_a_memory_search_under_max_model_len_auto(capsys, knob):
+    """`--max-model-len auto` refits the length to each probe's pool, so which prompts reach it changes
+    with the memory searched: a --smallest memory search took the base config's rejections as the same at
+    every probe and called passing probes all-rejected. It is refused by name, one line; a number runs."""
+    model = ["--model", "llama-3.1-8b", "--gpu", "l4", "--smallest", knob]
+    assert main([*PLAN, *model, "--max-model-len", "auto"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        f"kvsim plan: error: knob {knob}: max_model_len auto fits the length to the pool"
+    ), err
+    assert main([*PLAN, *model, "--max-model-len", "8192"]) == 0

@@ -5,6 +5,8 @@ it, does not serve it (DESIGN.md §Errors, "KV cache dtypes")."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvsim.errors import InvalidArgumentError
@@ -165,6 +167,32 @@ def test_an_older_preset_refuses_it_by_name(capsys):
     assert err.startswith(
         f"{PREFIX}'nvfp4' under preset vllm-v1: kvsim models the NVFP4 KV cache as vLLM 0.33.0"
     ), err
+
+
+def test_the_older_releases_refuse_it_however_it_is_reached(tmp_path):
+    """The older presets refused only a value typed on the CLI or in a run file: `SimConfig.preset('vllm-v1',
+    kv_cache_dtype='nvfp4')` sized NVFP4 pages, and so did auto from a ModelOpt checkpoint whose KV cache is
+    NVFP4. SimConfig refuses the resolved dtype under the free order those presets set."""
+    import json
+
+    from kvsim.model import models
+    from kvsim.model.config import SimConfig
+
+    on_b200 = {"model": "llama-3.1-8b", "gpu": "b200"}
+    for preset in ("vllm-v1", "vllm-0.20"):
+        with pytest.raises(InvalidArgumentError, match="kv_cache_dtype 'nvfp4' with free_order 'classic'"):
+            SimConfig.preset(preset, kv_cache_dtype="nvfp4", **on_b200)
+    with pytest.raises(InvalidArgumentError, match="has not read the older releases'"):
+        SimConfig.preset("vllm-v1", **on_b200).replace(kv_cache_dtype="nvfp4_4over6")
+    hf = Path(__file__).parent / "data" / "hf" / "llama-3.1-8b.json"
+    qc = {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"}
+    (tmp_path / "m.json").write_text(json.dumps({**json.loads(hf.read_text()), "quantization_config": qc}))
+    m = models.from_hf_config(tmp_path / "m.json")
+    with pytest.raises(
+        InvalidArgumentError, match=r"'nvfp4' \(auto: the checkpoint's KV cache\) with free_order"
+    ):
+        SimConfig.preset("vllm-v1", model=m, gpu="b200")
+    assert SimConfig.preset("vllm-0.33", model=m, gpu="b200").pool.kv_bytes_per_token == 36_864
 
 
 def test_plan_takes_it_and_refuses_it_as_run_does(capsys):

@@ -78,6 +78,12 @@ RANKING = (
 )
 
 
+def change_label(changes: Mapping[str, Any]) -> str:
+    """A candidate's label from its changes, `block_size=16,policy=lru`; max_model_len -1 shown as given,
+    `auto`."""
+    return ",".join(f"{k}={'auto' if k == 'max_model_len' and v == -1 else v}" for k, v in changes.items())
+
+
 def best_of(
     workload: Any,
     config: Any,
@@ -113,7 +119,7 @@ def best_of(
             if isinstance(c, Candidate):
                 items.append(c)
             elif isinstance(c, Mapping):
-                items.append(Candidate(",".join(f"{k}={v}" for k, v in c.items()), dict(c)))
+                items.append(Candidate(change_label(c), dict(c)))
             else:
                 raise InvalidArgumentError(f"candidate {c!r} is neither a Candidate nor a mapping of changes")
     if not items:

@@ -171,13 +171,19 @@ def smallest_memory(
 
     Raises:
         InvalidArgumentError: an unknown knob, bad bounds (a `high` whose pools exceed the memory limit),
-            and as `plan`.
+            a config whose max_model_len is auto (fitted to each probe's pool), and as `plan`.
     """
     if knob not in MEMORY_KNOBS:
         raise InvalidArgumentError(f"knob {knob!r} is not one of {', '.join(MEMORY_KNOBS)}")
     if not hasattr(config, "replace") or not hasattr(config, knob):
         raise InvalidArgumentError(
             f"config {type(config).__name__} has no {knob} to vary: smallest_memory needs one SimConfig"
+        )
+    if getattr(getattr(config, "pool", None), "auto_fit", None) is not None:
+        # (auto refits the length to each probe's pool, so which requests reach it changes with the knob)
+        raise InvalidArgumentError(
+            f"knob {knob}: max_model_len auto fits the length to the pool that {knob} sizes, so the search "
+            "would vary both: give max_model_len a number"
         )
     slos_ = parse_slos(slos)
     prec = check_precision(precision)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# The presets named after the releases whose backends are read above (0.33.0, 0.34.0), and the defaults' (None).
-READ_PRESETS = (None, "vllm-latest", "vllm-0.34", "vllm-0.33")
+from kvsim.model.presets import READ_PRESETS  # (the releases whose backends are read above, and no preset)
+
 # The kernel block every non-MLA backend of vLLM 0.33.0 and 0.34.0 on CUDA and ROCm divides a block by.
 KERNEL_MULTIPLE = 16
 
@@ -47,7 +47,7 @@ def _why(size: int) -> str:
     return (
         f"block size {size}: vLLM 0.33.0 and 0.34.0 start no attention backend on a GPU for it (every backend on "
         "CUDA's and ROCm's lists takes multiples of 16 only: FlashAttention, Triton and FlexAttention any "
-        'multiple, FlashInfer 16, 32 or 64; vllm serve stops with "No valid attention backend found")'
+        'multiple, FlashInfer multiples of 16, 32 or 64 kernel blocks; vllm serve stops with "No valid attention backend found")'
     )
 
 

@@ -468,7 +468,9 @@ def _check_candidates(config: Any, candidates: list[dict[str, Any]]) -> None:
         except UnsplittableModelError:
             continue
         except InvalidArgumentError as exc:
-            label = ",".join(f"{k}={v}" for k, v in change.items())
+            from kvsim.analysis.plan_compare import change_label
+
+            label = change_label(change)
             hint = (
                 " (give --swap-space GiB, or --cpu-blocks N, for it to swap to)"
                 if change.get("preemption") == "swap" and "cpu_blocks" in str(exc)

@@ -36,6 +36,7 @@ from kvsim.analysis.sweep import (
 from kvsim.cli.block_backend import backend_block_note, backend_block_refusal
 from kvsim.cli.flags import _BARE, GPU_FLAGS, FlagError
 from kvsim.cli.refusals import (
+    _given_at,
     _overridden_sizing,
     _refuse_idle_knobs,
     _refuse_idle_model_knobs,
@@ -254,8 +255,8 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
         if field == "gpu_memory_utilization" and rest.startswith("model "):
             # (the pool's refusal at the share the user did not give: named by what they gave, as "does not
             # fit on" is: the context asked for, else the model)
-            blame = "max_model_len" if "max_model_len" in flag_of else "model"
-            raise FlagError(f"argument {flag_of.get(blame, '--model')}: {rest}") from None
+            blame = "max_model_len" if "max_model_len" in cfg else "model"
+            raise FlagError(f"{_given_at(args, flag_of, blame)}: {rest}") from None
         raise
     if refuse_idle:
         _refuse_idle_swap(args, [config], cfg, flag_of)

@@ -68,9 +68,16 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
         for knob in ("model", "sampling", "max_model_len"):
             a, b = getattr(prefill_config, knob), getattr(first, knob)
             if a != b:
+                fitted = any(getattr(c.pool, "auto_fit", None) is not None for c in (prefill_config, first))
+                why = (
+                    " (max_model_len auto fits each pool's length to its own memory: give max_model_len a "
+                    "number)"
+                    if knob == "max_model_len" and fitted
+                    else ""
+                )
                 raise InvalidArgumentError(
-                    f"prefill_config's {knob} {a!r} differs from the decode replicas' {b!r}: both pools of a "
-                    "disaggregated fleet run one model on one workload"
+                    f"prefill_config's {knob} {a!r} differs from the decode replicas' {b!r}{why}: both pools of "
+                    "a disaggregated fleet run one model on one workload"
                 )
         (a, why_a), (b, why_b) = _kv_cache_dtype(prefill_config), _kv_cache_dtype(first)
         if a != b:

@@ -36,6 +36,7 @@ from kvsim.model.config_dict import DERIVED_FIELDS as _DERIVED
 from kvsim.model.config_dict import ConfigDict
 from kvsim.model.config_tier import ConfigCpuTier
 from kvsim.model.config_time import ConfigTimeModel
+from kvsim.model.dtypes import NVFP4_KV
 from kvsim.model.knobs import (
     ADMISSION_GATES,
     APPEND_CHECKS,
@@ -68,7 +69,7 @@ from kvsim.model.knobs import (
     default,
 )
 from kvsim.model.layer_types import in_flight_batches
-from kvsim.model.presets import PRESETS, preset_knobs
+from kvsim.model.presets import PRESETS, older_release_refusal, preset_knobs
 
 # vLLM's defaults without a GPU to pick by (its LLM class on a GPU under 70 GiB or an A100).
 KNOB_DEFAULT_TOKENS = 8192
@@ -207,6 +208,9 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         object.__setattr__(self, "_given", {name: getattr(self, name) for name in _DERIVED})
         self._resolve_kv_cache_sizing()
         self._resolve_kv_cache_dtype()
+        refused = older_release_refusal(self.free_order, self._given["max_model_len"])  # type: ignore[attr-defined]
+        if refused is not None:
+            raise InvalidArgumentError(refused)
         self._resolve_block_size()
         self._check_context()
         self._default_context()
@@ -315,8 +319,12 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
 
         m = resolve(self.model)
         kv_dtype = m.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
-        if kv_dtype in ("nvfp4", "nvfp4_4over6"):
+        if kv_dtype in NVFP4_KV:
             from kvsim.model.kv_dtype_values import check_nvfp4
+
+            refused = older_release_refusal(self.free_order, None, kv_dtype, self.kv_cache_dtype == "auto")
+            if refused is not None:
+                raise InvalidArgumentError(refused)
 
             # FlashInfer's limits on this model and GPU (vLLM 0.34.0's `supports_kv_cache_dtype`, ...), the
             # dtype asked or, under auto, a ModelOpt checkpoint's

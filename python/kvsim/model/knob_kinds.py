@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvsim.model.kv_dtype_values import MODELLED, SPELLED
+
 POLICIES = ("vllm", "reserve", "static", "orca-max", "orca-pow2", "orca-oracle")
 CONTIGUOUS_POLICIES = ("static", "orca-max", "orca-pow2", "orca-oracle")
 PLACEMENTS = ("first-fit", "buddy")
@@ -47,21 +49,10 @@ CLUSTER_KNOBS = (
 # `calibrated` is the linear model with a measured calibration's coefficients (or the roofline with a
 # roofline calibration's efficiencies); the engines only ever see ticks, linear or roofline.
 TIME_MODELS: tuple[str, ...] = ("auto", "ticks", "linear", "roofline", "calibrated")
-# vLLM's --kv-cache-dtype values that kvsim models (vLLM 0.33.0's `CacheDType`: auto, float16, bfloat16, fp8,
-# fp8_e4m3, fp8_e5m2; not its scaled and 4-bit formats) and kvsim's short names.
-KV_CACHE_DTYPES = (
-    "auto",
-    "float16",
-    "bfloat16",
-    "fp16",
-    "bf16",
-    "fp32",
-    "fp8",
-    "fp8_e4m3",
-    "fp8_e5m2",
-    "nvfp4",
-    "nvfp4_4over6",
-)
+# vLLM's --kv-cache-dtype values that kvsim models (`kv_dtype_values.MODELLED`, of vLLM 0.33.0's and 0.34.0's
+# `CacheDType`: auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2, nvfp4, nvfp4_4over6; not its scaled,
+# per-token-head and other 4-bit formats) and kvsim's short names (`kv_dtype_values.SPELLED`).
+KV_CACHE_DTYPES = (*MODELLED, *SPELLED)
 PS_PER_S = 10**12
 MAX_BLOCKS = (1 << 32) - 3
 # The simulated clock's range (about 53 days; the Rust engine's MAX_TIME_PS): a step that would end past

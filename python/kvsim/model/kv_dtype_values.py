@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.model.dtypes import NVFP4_KV
+
 # vLLM 0.34.0's `CacheDType` (vllm/config/cache.py), in its order; vLLM 0.33.0's is the same list.
 VLLM_KV_CACHE_DTYPES = (
     "auto",
@@ -49,8 +51,6 @@ VLLM_KV_CACHE_DTYPES = (
 )
 # The values of it kvsim models.
 MODELLED = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4", "nvfp4_4over6")
-# The presets named after the releases whose list is read above (0.33.0, 0.34.0), and the defaults' (None).
-READ_PRESETS = (None, "vllm-latest", "vllm-0.34", "vllm-0.33")
 # kvsim's short names, and what vLLM takes for each.
 SPELLED = {
     "fp16": "vLLM's name for it is float16",
@@ -61,13 +61,15 @@ SPELLED = {
 
 def refusal(value: object, preset: str | None) -> str | None:
     """Why kvsim refuses `--kv-cache-dtype value` under `preset`, or None: under the presets whose release's
-    list is read (`READ_PRESETS`), a value vLLM 0.33.0 and 0.34.0 refuse (kvsim's `fp16`, `bf16`, `fp32`), and
+    list is read (`kvsim.model.presets.READ_PRESETS`), a value vLLM 0.33.0 and 0.34.0 refuse (kvsim's `fp16`, `bf16`, `fp32`), and
     one they take that kvsim does not model (`fp8_inc`, ...). (Older presets keep kvsim's list: their releases'
     lists are not read here, so NVFP4, read in 0.33.0's and 0.34.0's sources, is refused under them.)"""
+    from kvsim.model.presets import READ_PRESETS  # (here: presets' knobs import this module's lists)
+
     if not isinstance(value, str):
         return None
     if preset not in READ_PRESETS:
-        if value in ("nvfp4", "nvfp4_4over6"):
+        if value in NVFP4_KV:
             return (
                 f"kv_cache_dtype {value!r} under preset {preset}: kvsim models the NVFP4 KV cache as vLLM 0.33.0 "
                 "and 0.34.0 lay it out (the presets vllm-0.33, vllm-0.34, vllm-latest); the older releases' are "
@@ -106,7 +108,7 @@ def nvfp4_refusal(model: Any, kv_dtype: str, arch: str | None = None) -> str | N
     from kvsim.model.block_default import _has_sinks
     from kvsim.model.gpus import is_rocm, sm_capability
 
-    if kv_dtype not in ("nvfp4", "nvfp4_4over6"):
+    if kv_dtype not in NVFP4_KV:
         return None
     if model.is_mla:
         return (

@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.dtypes import NVFP4_KV
 from kvsim.model.knobs import V0_SWAP_SPACE_BYTES, convert
 
 # What vLLM 0.34.0 changed (DESIGN.md §Presets, "vLLM 0.34.0"), as every earlier release had it.
@@ -98,6 +99,40 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# The presets named after the releases whose sources kvsim read for the KV cache dtypes' list and the
+# backends' block sizes (0.33.0, 0.34.0), and the defaults' (None: no preset, `vllm-latest`).
+READ_PRESETS = (None, "vllm-latest", "vllm-0.34", "vllm-0.33")
+# The free order every preset older than vllm-0.33 sets (vLLM before 0.23.0, `free_order`'s classic): a
+# configuration with it models a release whose auto-fit and NVFP4 KV cache kvsim has not read, so
+# SimConfig refuses max_model_len auto and an NVFP4 KV dtype (given, or auto's from a checkpoint) under it
+# wherever the configuration comes from (a preset, `replace`, plan's --compare, a sweep's grid;
+# `older_release_refusal`).
+OLDER_FREE_ORDER = "classic"
+
+
+def older_release_refusal(
+    free_order: str, max_model_len: Any, kv_dtype: str | None = None, from_auto: bool = False
+) -> str | None:
+    """Why SimConfig refuses a configuration whose `free_order` is the older releases' (`OLDER_FREE_ORDER`):
+    max_model_len auto (-1), or a resolved KV dtype (`kv_dtype`, after auto) that is NVFP4, whose rules kvsim
+    read in vLLM 0.33.0 and 0.34.0 only (`from_auto`: the dtype is auto's, a checkpoint's); None otherwise."""
+    if free_order != OLDER_FREE_ORDER:
+        return None
+    if kv_dtype in NVFP4_KV:
+        whose = " (auto: the checkpoint's KV cache)" if from_auto else ""
+        return (
+            f"kv_cache_dtype {kv_dtype!r}{whose} with free_order {free_order!r} (vLLM before 0.23.0, the presets older "
+            "than vllm-0.33): kvsim models the NVFP4 KV cache as vLLM 0.33.0 and 0.34.0 lay it out (vllm-0.33, "
+            "vllm-latest) and has not read the older releases'"
+        )
+    if max_model_len == -1:
+        return (
+            f"max_model_len auto (-1) with free_order {free_order!r} (vLLM before 0.23.0, the presets older than "
+            "vllm-0.33): kvsim models vLLM 0.33.0's and 0.34.0's auto-fit (vllm-0.33, vllm-latest) and has not "
+            "read the older releases', so it does not guess it: give a length"
+        )
+    return None
+
 
 def preset_knobs(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """The knobs preset `name` sets, with the overrides' checks that need the preset (before SimConfig takes
@@ -105,10 +140,7 @@ def preset_knobs(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(name, str) or name not in PRESETS:
         raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, PRESETS))}")
     chosen = dict(PRESETS[name])
-    if (
-        name not in ("vllm-latest", "vllm-0.34", "vllm-0.33")
-        and convert("max_model_len", overrides.get("max_model_len")) == -1
-    ):
+    if name not in READ_PRESETS and convert("max_model_len", overrides.get("max_model_len")) == -1:
         raise InvalidArgumentError(
             f"max_model_len auto (-1): preset {name!r} is an older vLLM than 0.33.0, whose auto-fit kvsim "
             "models (vllm-0.33, vllm-latest); kvsim has not read that release's, so it does not guess it: give "
