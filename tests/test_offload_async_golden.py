@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import kvsim
-from tests.test_offload_golden import by_step, config_of, workload_of
+from tests.test_offload_golden import by_step, config_of, snapshots, workload_of
 
 DATA = Path(__file__).parent / "data" / "vllm_offload_async"
 SCENARIOS = sorted(p.stem for p in DATA.glob("*.json"))
@@ -97,30 +97,7 @@ def by_batch(res: kvsim.SimResult, steps: int) -> list[dict]:
             left_out[r] = e["step"]
         late = e["kind"] == "free" and left_out.get(r) == e["step"]
         at.append(e["step"] + 0.5 if late else e["step"])
-    tables: dict[str, list[int]] = {}
-    out = [{"tables": {}, "loads": [], "stores": []} for _ in range(steps + 1)]
-    order = sorted(range(len(rows)), key=lambda i: at[i])  # (stable: a late free after its step's rows)
-    i = chunks = 0
-    for j in range(steps + 1):
-        while i < len(order) and at[order[i]] <= j:
-            e = rows[order[i]]
-            i += 1
-            r, kind = str(e["request_id"]), e["kind"]
-            if kind in ("prefix-hit", "allocate"):
-                tables.setdefault(r, []).append(e["block"])
-            elif kind == "free":
-                tables[r].remove(e["block"])
-                if not tables[r]:
-                    del tables[r]
-            elif kind in ("load", "store"):
-                out[j][kind + "s"].append([r, e["count"]])
-            if kind == "store":
-                chunks += e["count"]
-            elif kind == "cpu-evict":
-                chunks -= 1
-        out[j]["tables"] = {r: list(t) for r, t in tables.items()}
-        out[j]["tier_chunks"] = chunks
-    return out
+    return snapshots(rows, at, steps)
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

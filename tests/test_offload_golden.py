@@ -77,14 +77,21 @@ def by_step(res: kvsim.SimResult, steps: int) -> list[dict]:
     stores issued since the step before, from the event log (its `step` column counts the steps that
     computed tokens before)."""
     assert res.events is not None
+    rows = list(res.events.iter_rows(named=True))
+    return snapshots(rows, [e["step"] for e in rows], steps)
+
+
+def snapshots(rows: list[dict], at: list[float], steps: int) -> list[dict]:
+    """The event log's rows replayed in the order of `at` (each row's place among the steps: its `step`, or
+    later), a snapshot after each step: every request's table, the loads and stores issued since the step
+    before, and the chunks in the tier (stored, a store's count its chunks, less evicted)."""
     tables: dict[str, list[int]] = {}
     out = [{"tables": {}, "loads": [], "stores": []} for _ in range(steps + 1)]
-    rows = list(res.events.iter_rows(named=True))
-    i = 0
-    chunks = 0  # in the tier: stored (a store's count is its chunks) less evicted
+    order = sorted(range(len(rows)), key=lambda i: at[i])  # (stable: a late free after its step's rows)
+    i = chunks = 0
     for j in range(steps + 1):
-        while i < len(rows) and rows[i]["step"] <= j:
-            e = rows[i]
+        while i < len(order) and at[order[i]] <= j:
+            e = rows[order[i]]
             i += 1
             r, kind = str(e["request_id"]), e["kind"]
             if kind in ("prefix-hit", "allocate"):
