@@ -29,27 +29,14 @@ def plateau(rows: Sequence[Mapping[str, Any]], slos: Sequence[SLO], axis: str, c
     top = sorted(ran, key=lambda r: r[axis])[-2:]
     if top[1][axis] >= cap:
         return ""
-    flat = []
-    for s in slos:
-        a, b = top[0].get(s.metric), top[1].get(s.metric)
-        if a is None or b is None or s.holds(a) or s.holds(b) or abs(b - a) > FLAT * abs(a):
-            continue
-        flat.append((s, b))
+    flat = flat_failures(slos, top[0], top[1])
     queued = top[1].get("queueing_s_p99")
-    latencies = [v for s, v in flat if s.upper and s.unit == "s"]
+    latencies = [b for s, _, b in flat if s.upper and s.unit == "s"]
     if not flat or queued is None or queued > QUEUED * min(latencies, default=0.0):
         return ""
-    same = all(f"{top[0][s.metric]:.4g}" == f"{v:.4g}" for s, v in flat)
+    same, values, missed, them = flat_words(flat)
     counts = f"{'both ' if same else ''}{top[0][axis]:,} and {top[1][axis]:,}"
-    values = " and ".join(
-        f"{s.metric} {top[0][s.metric]:.4g}"
-        + ("" if same else f" and {v:.4g}")
-        + ("" if s.unit == "fraction" else f" {s.unit}")
-        for s, v in flat
-    )
     wait = f"{queued:.3g} s" if queued >= 1e-9 else "0 s"  # (under a nanosecond: the clock's rounding)
-    missed = ", ".join(s.label() for s, _ in flat)
-    them = "them" if len(flat) > 1 else "it"
     return (
         f"fails {', '.join(s.label() for s in slos)} at every {axis} probed, up to {top[1][axis]:,}, where the "
         f"search stopped below the cap {cap:,.0f}: {values} at {counts} {axis}, the highest probed, where "
@@ -60,4 +47,33 @@ def plateau(rows: Sequence[Mapping[str, Any]], slos: Sequence[SLO], axis: str, c
     )
 
 
-__all__ = ["FLAT", "QUEUED", "plateau"]
+def flat_failures(
+    slos: Sequence[SLO], first: Mapping[str, Any], second: Mapping[str, Any]
+) -> list[tuple[SLO, float, float]]:
+    """The SLOs two probes both fail whose metric is the same at both within `FLAT` of the first's, as
+    (SLO, first's value, second's): the replica search's plateau and the rate search's floor
+    (`PlanResult._unloaded_failure`) alike."""
+    flat = []
+    for s in slos:
+        a, b = first.get(s.metric), second.get(s.metric)
+        if a is None or b is None or s.holds(a) or s.holds(b) or abs(b - a) > FLAT * abs(a):
+            continue
+        flat.append((s, a, b))
+    return flat
+
+
+def flat_words(flat: Sequence[tuple[SLO, float, float]]) -> tuple[bool, str, str, str]:
+    """How a message names `flat_failures`: whether the two values print the same, the values ("ttft_p99
+    5 s", or each's two where they differ), the SLOs missed, and "it" or "them"."""
+    same = all(f"{a:.4g}" == f"{b:.4g}" for _, a, b in flat)
+    values = " and ".join(
+        f"{s.metric} {a:.4g}"
+        + ("" if same else f" and {b:.4g}")
+        + ("" if s.unit == "fraction" else f" {s.unit}")
+        for s, a, b in flat
+    )
+    missed = ", ".join(s.label() for s, _, _ in flat)
+    return same, values, missed, "them" if len(flat) > 1 else "it"
+
+
+__all__ = ["FLAT", "QUEUED", "flat_failures", "flat_words", "plateau"]

@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from kvsim.analysis.plan_plateau import flat_failures, flat_words
 from kvsim.analysis.plan_sampling import fmt_interval, interval, sample_caveat, unsure_slos
 from kvsim.analysis.plan_slo import METRICS, SLO, check_precision, parse_slos
 from kvsim.analysis.steady_state import STEADY_SPANS, fmt_need, fmt_spans, steady_requests
@@ -411,28 +412,14 @@ class PlanResult:
         if self.axis != "rate" or self.probes.height < 2:
             return None
         low = self.probes.sort(self.axis).head(2).rows(named=True)
-        flat = []
-        for s in self.slos:
-            a, b = low[0].get(s.metric), low[1].get(s.metric)
-            if a is None or b is None or s.holds(a) or s.holds(b):
-                continue
-            if abs(b - a) <= 0.01 * abs(a):
-                flat.append((s, a))
+        flat = flat_failures(self.slos, low[0], low[1])
         if not flat:
             return None
         # The values as printed: "ttft_p99 5 s at both R1 and R2", or each's two where they differ there.
-        same = all(f"{a:.4g}" == f"{low[1][s.metric]:.4g}" for s, a in flat)
+        same, values, missed, them = flat_words(flat)
         rates = f"{'both ' if same else ''}{self._fmt(low[0][self.axis])} and {self._fmt(low[1][self.axis])}"
-        values = " and ".join(
-            f"{s.metric} {a:.4g}"
-            + ("" if same else f" and {low[1][s.metric]:.4g}")
-            + ("" if s.unit == "fraction" else f" {s.unit}")
-            for s, a in flat
-        )
-        missed = ", ".join(s.label() for s, _ in flat)
-        them = "them" if len(flat) > 1 else "it"
         queued = low[0].get("queueing_s_p99")
-        latencies = [a for s, a in flat if s.upper]
+        latencies = [a for s, a, _ in flat if s.upper]
         if not latencies:
             # Goodput fractions alone: the share of requests meeting their own SLOs does not grow as the
             # rate halves, whether they miss them alone or in a burst that waits at any rate.
