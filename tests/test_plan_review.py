@@ -55,7 +55,9 @@ def test_a_rate_that_passed_as_a_burst_says_so(capsys):
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "burst"
-    assert out["burst"] is True
+    # (`burst` and `steady` say the answer's probe, a steady pass: the burst is the status and `burst_rate`)
+    assert out["burst"] is False
+    assert out["steady"] is True
     knee = out["burst_rate"]
     assert out["bracket"][0] == knee
     (at_knee,) = [p for p in out["probes"] if p["rate"] == knee]
@@ -145,7 +147,7 @@ def test_a_steady_answer_has_no_burst_caveat():
         probe=functools.partial(_knee_probe, knee=5.0, overloaded=True),
         workers=2,
     )
-    assert bursty.burst
+    assert not bursty.burst  # (no answer: the burst is the status and `burst_rate`)
     assert bursty.status == "burst"
     assert bursty.burst_rate == r.value
     assert bursty.value is None
@@ -217,7 +219,9 @@ def test_no_best_between_bursts():
     assert out.tied == ["a", "b"]
     assert out.bursts == []
     assert out.decided is None
-    assert out.table.filter(pl.col("candidate") == "b")["burst"].to_list() == [True]
+    # (the table's `burst` says the answer's own probe, as `--json`'s: b has no answer, its burst is its status)
+    assert out.table.filter(pl.col("candidate") == "b")["burst"].to_list() == [False]
+    assert out.table.filter(pl.col("candidate") == "b")["status"].to_list() == ["burst"]
     assert out.table.filter(pl.col("candidate") == "b")["rate"].to_list() == [None]
     knee = out.plans["b"].burst_rate
     line = _best_line(out, 60)

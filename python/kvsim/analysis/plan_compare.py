@@ -179,7 +179,7 @@ def best_of(
     served = table.filter(pl.col("rate").is_not_null())
     served_best = best if best is not None else (served["candidate"][0] if served.height else None)
     # (status `burst`: `value` is a steady pass, the burst kept apart as `burst_rate`)
-    bursts = [c for c in labels if c in plans and plans[c].burst and plans[c].status != "burst"]
+    bursts = [c for c in labels if c in plans and plans[c].burst]
     unsteady = [c for c in labels if c in plans and plans[c].steady is False]
     unsure = [c for c in labels if c in plans and plans[c].outside_ci is False]
     return BestOf(table, best, plans, refused, tied, served_best, bursts, unsteady, unsure)

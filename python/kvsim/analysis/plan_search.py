@@ -226,10 +226,9 @@ class PlanResult:
         so it passed as a burst that the run ended on before the growing wait broke the SLOs, not at a
         steady state; the answer then grows with the workload's request count (more requests, `--requests`,
         make a run outlast the SLOs). False without an answer, or for a probe that does not say. One of
-        the two ways an answer is not a steady state (`steady`). True too for status `burst`, whose
-        `value` is a steady rate below the burst (`burst_rate`)."""
-        if self.burst_rate is not None:
-            return True
+        the two ways an answer is not a steady state (`steady`). False for status `burst`: its `value` is
+        the highest rate that passed in a steady run, and the knee that passed only as a burst is
+        `burst_rate` (the status and `burst_rate` say the burst; `burst` and `steady` say the answer)."""
         row = self._answer_row()
         return bool(row is not None and row.get("overloaded"))
 
