@@ -55,6 +55,7 @@ def _frame(tight: dict, loose: dict, workloads=("sharegpt", "mooncake-conversati
             for (p, d), knee in knees.items():
                 rows.append({"workload": w, "requests": 100, "level": level, "level_index": idx,
                              "ttft_slo_ms": 50.0, "tpot_slo_ms": 5.0 * (idx + 1), "prefill": p, "decode": d,
+                             "base_ttft_p90_s": 0.01, "base_tpot_p50_s": 0.004,  # (the plot's multiples' base)
                              "gpus": p + d, "knee_rate": knee,
                              "goodput_per_gpu": None if knee is None else knee / (p + d),
                              "status": "converged", "violations": 0, "sustained": True})  # fmt: skip

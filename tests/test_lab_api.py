@@ -226,6 +226,32 @@ def test_bad_parameters_answer_4xx_naming_the_field(client, params, field, statu
     assert "Traceback" not in r.text
 
 
+@pytest.mark.parametrize("given", [2**50 + 1, 10**17, 2**62 + 1, 10**40])
+def test_a_memory_past_the_page_is_refused_by_the_bound_that_applies(client, given):
+    """A pool or tier far past the page's caps is refused by the cap that applies, naming the size that
+    runs ("give it at most 128.0 GiB"), not by the schema's 2**50 bytes (which the page quoted, rounded, as
+    "between 0 MiB and 1073740000 MiB", user53 #6) nor as "out of range" past 2**62."""
+    from kvsim.lab.query import LIMITS, MAX_TIER_CHUNKS, layout, resolve
+    from kvsim.model.units import fmt_bytes
+
+    cfg = resolve("copilot").paged
+    chunk = cfg.kv_offloading_chunk_bytes
+    block = layout(cfg.model, cfg.block_size).bytes_per_block
+    for field, says in (
+        ("kv_offloading_bytes", f"more than the page draws ({MAX_TIER_CHUNKS:,}): give it at most "
+         f"{fmt_bytes(MAX_TIER_CHUNKS * chunk)}"),
+        ("kv_cache_bytes", f"more than the page draws (max_blocks {LIMITS['max_blocks']:,}): give the KV cache "
+         f"at most {fmt_bytes(LIMITS['max_blocks'] * block)}"),
+    ):  # fmt: skip
+        r = client.get("/api/run", params={"preset": "copilot", field: str(given)})
+        assert r.status_code == 400, r.text
+        body = r.json()
+        assert body["field"] == field
+        assert body["error"].startswith(f"{field} {given} ("), body["error"]
+        assert says in body["error"], body["error"]
+        assert "between" not in body["error"]
+
+
 def test_a_run_past_the_caps_is_413(client, monkeypatch):
     from kvsim.lab import bundle as _  # noqa: F401
 

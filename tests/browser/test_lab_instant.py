@@ -191,6 +191,38 @@ def test_a_memory_refusal_speaks_in_mib(sized_lab: LabPage) -> None:
         if typed == "abc":
             lab.page.eval_on_selector(sel, "e => { e.type = 'number'; }")
     assert lab.query().get("kv_cache_bytes") == 128 * 2**20
+    # A size far past the page is refused by the cap that applies, in the words the server gives a size
+    # just past it (it read "must be between 0 MiB and 1073740000 MiB": the schema's bound, 2**30 MiB,
+    # rounded; the user then typed 1000000000 MiB and met the cap, user53 #6).
+    from kvsim.lab.query import LIMITS, MAX_TIER_CHUNKS, layout, resolve
+    from kvsim.model.units import fmt_bytes
+
+    cfg = resolve("copilot").paged
+    tier_cap = fmt_bytes(MAX_TIER_CHUNKS * cfg.kv_offloading_chunk_bytes)
+    pool_cap = fmt_bytes(LIMITS["max_blocks"] * layout(cfg.model, cfg.block_size).bytes_per_block)
+    for sel, typed, says in (
+        (
+            "#c-tier",
+            "99999999999",
+            f"more than the page draws ({MAX_TIER_CHUNKS:,}): give it at most {tier_cap}.",
+        ),
+        ("#c-tier", "1000000000", f"give it at most {tier_cap}."),
+        ("#c-tier", "99999999999999", f"give it at most {tier_cap}."),  # (past 2**62 bytes)
+        (
+            "#c-kv-memory",
+            "99999999999",
+            f"give the KV cache at most {pool_cap}, or choose a larger block size.",
+        ),
+    ):
+        lab.change(sel, typed)
+        banner = text(lab, "#banner")
+        assert banner.startswith(
+            f"{'CPU tier' if sel == '#c-tier' else 'KV cache memory'} (MiB) {typed} MiB holds "
+        )
+        assert says in banner, banner
+        assert "between" not in banner
+        assert lab.page.input_value("#c-tier") == "0"
+        assert lab.page.input_value("#c-kv-memory") == "128"
     # Chromium logs the 4xx answers themselves as console errors; only those are expected here.
     lab.problems.console = [m for m in lab.problems.console if "status of 4" not in m]
 

@@ -1,16 +1,22 @@
 """The disaggregated fleet's page (`/pd`, DESIGN.md §Lab) at a desktop window and a phone's viewport: at
 instants forward and back, both pools' drawn blocks (holders, the blocks held for transfers), the link
 and every request's row equal `kvsim.lab.pd.snapshot` (itself checked against the engines,
-tests/test_lab_pd.py); the page fits the screen; a bad preset shows the server's reason."""
+tests/test_lab_pd.py); the page fits the screen (a 360-px phone too); a bad preset opens the default
+one with the server's reason; the label and the address count instants alike, a bad instant said and
+clamped."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
+from kvsim.errors import InvalidArgumentError
 from kvsim.lab import pd
 from kvsim.lab.screenshots import LabThread
 
-from .conftest import LabPage
+from .conftest import SMALL_PHONE, LabPage, _lab_page
 
 CELLS = """pool => Array.from(document.querySelectorAll(`.pd-grid[data-pool="${pool}"] .pd-cell`)).map(e => ({
   id: Number(e.dataset.block), requests: e.dataset.requests ? e.dataset.requests.split(',') : [],
@@ -112,8 +118,10 @@ def test_the_page_draws_the_snapshot_forward_and_back(sized_lab: LabPage) -> Non
     for k in stops:
         seek(sized_lab, k)
         assert_drawn(sized_lab, pd.snapshot(r, k))
-        # (counted from 1 of all the instants: it read "6 of 43" for the 7th of 44, rev48b #10)
-        assert sized_lab.page.text_content("#pd-instant-label").startswith(f"{k + 1} of {last + 1} · t = ")
+        # Counted from 0 as the address and the API count, in the main page's "step k / n" form (it read
+        # "8 of 44" at ?instant=7, so a user quoting "instant 8" landed one later, user53 #3).
+        assert sized_lab.page.text_content("#pd-instant-label") == f"{k} / {last} · t = {ms(r, k)}"
+        assert sized_lab.page.url.endswith(f"instant={k}")
     # Nothing is wider than the screen (the viewport asked for: a mobile page's window widens to its content).
     assert sized_lab.fits()
     # Every fill a held block is drawn in has its legend entry (blocks shared by two requests were drawn
@@ -171,13 +179,96 @@ def test_the_pressure_preset_draws_a_preemption_and_the_decode_pools_cache(sized
     assert sized_lab.page.text_content("#pd-title") == pd.get("disaggregated").title
 
 
-def test_a_bad_preset_shows_the_servers_reason(lab: LabPage) -> None:
+def ms(r: pd.PdRun, k: int) -> str:
+    """Instant k's time as the page writes it."""
+    return f"{pd.snapshot(r, k)['time_s'] * 1000:.3f} ms"
+
+
+@pytest.fixture
+def small_lab(browser: Any, lab_server: Any) -> Iterator[LabPage]:
+    """A page at the narrowest phone the layout supports (360 px)."""
+    yield from _lab_page(browser, lab_server, SMALL_PHONE)
+
+
+def test_a_bad_preset_opens_the_default_one_and_says_why(sized_lab: LabPage) -> None:
+    """An unknown preset opens the default preset, the server's refusal above it, as the main page does (it
+    left a dead page: no preset links, no pools, user53 #2); the instant asked of the unknown preset is not
+    used, and the address names the preset shown."""
+    lab = sized_lab
     lab.problems.expected_status.add(400)
-    lab.problems.console.clear()
-    open_pd(lab, preset="nope")
-    banner = lab.page.text_content("#pd-banner")
-    assert banner.startswith("preset 'nope' is not one of")
-    lab.problems.console.clear()  # chromium logs the 400 as a console error
+    default = next(iter(pd.PD_PRESETS))
+    with pytest.raises(InvalidArgumentError) as refused:
+        pd.get("nope")
+    open_pd(lab, preset="nope", instant=3)
+    assert (
+        lab.page.text_content("#pd-banner")
+        == f"{refused.value}. Showing the default preset ({default}) instead."
+    )
+    assert lab.page.is_visible("#pd-banner")
+    assert lab.page.text_content("#pd-title") == pd.get(default).title
+    links = lab.page.eval_on_selector_all("#pd-presets a", "els => els.map(a => a.textContent)")
+    assert links == list(pd.PD_PRESETS)
+    r = pd.preset_run(default)
+    opening = pd.opening(r)
+    assert int(lab.page.get_attribute("#pd", "data-instant")) == opening
+    assert_drawn(lab, pd.snapshot(r, opening))
+    assert lab.page.url.endswith(f"pd?preset={default}&instant={opening}")
+    # The page works: the scrubber moves it.
+    seek(lab, 1)
+    assert_drawn(lab, pd.snapshot(r, 1))
+    # Chromium logs the 400 answer itself as a console error; only that is expected here.
+    lab.problems.console = [m for m in lab.problems.console if "status of 400" not in m]
+
+
+def test_the_address_and_the_label_count_instants_alike_and_a_bad_one_is_said(lab: LabPage) -> None:
+    """`?instant=k` opens instant k, labelled k (the API's `instant=k`); one out of range is clamped and one
+    that is not a whole number opens the opening instant, each said in the banner as the main page says
+    `?step=99999` (both were replaced silently, user53 #3)."""
+    r = pd.preset_run("disaggregated")
+    last, opening = len(r.instants) - 1, pd.opening(r)
+    outside = "in the address is outside the run's instants"
+    for asked, shown, says in (
+        ("7", 7, None),
+        ("0", 0, None),
+        (str(last), last, None),
+        (str(last + 1), last, f"instant {last + 1} {outside} 0–{last}: showing instant {last}"),
+        ("99999", last, f"instant 99999 {outside} 0–{last}: showing instant {last}"),
+        ("-1", 0, f"instant -1 {outside} 0–{last}: showing instant 0"),
+        ("abc", opening, f'instant "abc" in the address is not an instant number: showing the opening instant, {opening}'),
+        ("2.5", opening, f'instant "2.5" in the address is not an instant number: showing the opening instant, {opening}'),
+    ):  # fmt: skip
+        open_pd(lab, instant=asked)
+        assert int(lab.page.get_attribute("#pd", "data-instant")) == shown
+        assert_drawn(lab, pd.snapshot(r, shown))
+        label = lab.page.text_content("#pd-instant-label")
+        assert label == f"{shown} / {last} · t = {ms(r, shown)}"
+        assert lab.page.url.endswith(f"instant={shown}")
+        # What the label says is what the address and the API take: the label's number reopens it.
+        said = int(label.split(" / ")[0])
+        assert pd.snapshot(r, said)["time_s"] == pd.snapshot(r, shown)["time_s"]
+        banner = lab.page.text_content("#pd-banner")
+        if says is None:
+            assert lab.page.is_hidden("#pd-banner")
+        else:
+            assert lab.page.is_visible("#pd-banner")
+            assert banner == says
+
+
+def test_the_page_fits_a_360_px_phone_at_every_instant(small_lab: LabPage) -> None:
+    """At 360 px (README: "a phone (360 px and up)") nothing is wider than the screen, at every instant of
+    both presets: every panel was 2 px wider (the summary's longest label at its max-content width, user53 #9)."""
+    for name in pd.PD_PRESETS:
+        r = pd.preset_run(name)
+        open_pd(small_lab, preset=name)
+        for k in range(len(r.instants)):
+            seek(small_lab, k)
+            width = small_lab.page.evaluate("document.documentElement.scrollWidth")
+            assert width == SMALL_PHONE["width"], (name, k, width)
+            assert small_lab.fits()
+        right = small_lab.page.evaluate(
+            "Math.max(...Array.from(document.querySelectorAll('#pd section, #pd .panel'), e => e.getBoundingClientRect().right))"
+        )
+        assert right <= SMALL_PHONE["width"], right
 
 
 def test_the_main_page_links_to_it(lab: LabPage) -> None:

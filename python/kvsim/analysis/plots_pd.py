@@ -25,9 +25,19 @@ def _ms(v: float) -> str:
     return f"{v / 1000:.3g} s" if v >= 1000 else f"{v:.3g} ms"
 
 
-def draw_pd_goodput(ax: Any, frame: pl.DataFrame, workload: str) -> None:
-    """One workload's panel: per level, each family's best goodput per GPU, labelled by its fleet."""
+def _times(v: float) -> str:
+    return f"{v:.3g}x"
+
+
+def draw_pd_goodput(ax: Any, frame: pl.DataFrame, workload: str, legend: bool = True) -> None:
+    """One workload's panel: per level, each family's best goodput per GPU, labelled by its fleet; each
+    level's bounds with the multiple of the unloaded run's TPOT p50 and TTFT p90 they are. With `legend`,
+    the families' key in the panel's upper left (`plot_pd_goodput` draws one key above both panels
+    instead: inside a panel it hid a point's label, user53 #5)."""
     levels = comparison(frame, workload)
+    rows = frame.filter(pl.col("workload") == workload)
+    tpot0_ms = float(rows["base_tpot_p50_s"][0]) * 1000
+    ttft0_ms = float(rows["base_ttft_p90_s"][0]) * 1000
     xs = list(range(len(levels)))
     for key, style, name in (
         ("aggregated", dict(marker="o", color="tab:blue"), "best aggregated fleet"),
@@ -54,7 +64,8 @@ def draw_pd_goodput(ax: Any, frame: pl.DataFrame, workload: str) -> None:
     ax.set_xticks(xs)
     ax.set_xticklabels(
         [
-            f"{lv['level']}\nTPOT {_ms(lv['tpot_slo_ms'])}\nTTFT {_ms(lv['ttft_slo_ms'])}"
+            f"{lv['level']}\nTPOT {_ms(lv['tpot_slo_ms'])} = {_times(lv['tpot_slo_ms'] / tpot0_ms)}"
+            f"\nTTFT {_ms(lv['ttft_slo_ms'])} = {_times(lv['ttft_slo_ms'] / ttft0_ms)}"
             + (f"\n{len(lv['left_out'])} of {lv['fleets']} fleets\nleft out" if lv["left_out"] else "")
             for lv in levels
         ],
@@ -63,29 +74,41 @@ def draw_pd_goodput(ax: Any, frame: pl.DataFrame, workload: str) -> None:
     ax.set_ylabel("goodput per GPU (req/s at SLO)")
     n = int(frame.filter(pl.col("workload") == workload)["requests"][0])
     ax.set_title(f"{WORKLOAD_LABEL.get(workload, workload)} (its first {n:,} requests)")
+    # (the levels' "x1.5" multiplies the unloaded TPOT p50, not the tight level's bound: the label says so)
     ax.set_xlabel(
-        f"SLO tightness (tight TPOT ... loose); {MODEL} on {GPU}, {ATTAINMENT:.0%} of requests within both;\n"
+        f"SLO tightness (tight TPOT ... loose): each bound a multiple of the unloaded run's TPOT p50\n"
+        f"({_ms(tpot0_ms)}) or TTFT p90 ({_ms(ttft0_ms)}); {MODEL} on {GPU}, {ATTAINMENT:.0%} of requests within both;\n"
         f"the best of every fleet of at most {MAX_GPUS} GPUs; left out: knees from runs shorter\n"
         f"than {SUSTAINED:g}x a request's latency bound; labels: aggregated replicas, or prefill:decode; one seed"
     )
     ax.set_ylim(0, ax.get_ylim()[1] * 1.06)  # room for the labels above the top points
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize="small")
+    if legend:
+        ax.legend(loc="upper left", fontsize="small")
 
 
 def plot_pd_goodput(frame: pl.DataFrame, path: Path) -> Path:
     """Draws every workload's panel side by side and writes the PNG to `path`."""
-    from matplotlib.figure import Figure
-
     from kvsim.analysis.plots_common import _save
 
+    return _save(pd_goodput_figure(frame), Path(path))
+
+
+def pd_goodput_figure(frame: pl.DataFrame) -> Any:
+    """The figure `plot_pd_goodput` writes: every workload's panel side by side, one key under them."""
+    from matplotlib.figure import Figure
+
     workloads = list(dict.fromkeys(frame["workload"].to_list()))
-    fig = Figure(figsize=(7.5 * len(workloads), 5.8), layout="constrained")
+    fig = Figure(figsize=(7.5 * len(workloads), 6.4), layout="constrained")
     axes = fig.subplots(1, len(workloads), squeeze=False)[0]
     for ax, w in zip(axes, workloads, strict=True):
-        draw_pd_goodput(ax, frame, w)
+        draw_pd_goodput(ax, frame, w, legend=False)
     fig.suptitle("Prefill/decode disaggregation: goodput per GPU against SLO tightness (kvsim)")
-    return _save(fig, Path(path))
+    # One key for both panels, under them and outside them: no point's label can fall under it (above them it
+    # overlapped the title).
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize="small")
+    return fig
 
 
-__all__ = ["draw_pd_goodput", "plot_pd_goodput"]
+__all__ = ["draw_pd_goodput", "pd_goodput_figure", "plot_pd_goodput"]

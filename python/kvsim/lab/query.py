@@ -35,7 +35,10 @@ LIMITS = {
     "max_steps": 50_000,
     "max_block_size": 256,
 }
-MAX_KV_CACHE_BYTES = 2**50  # far past any pool the block cap allows; only bounds the parameter's type
+# Far past any pool the block cap or tier the chunk cap allows: the API schema's maximum for both memory
+# fields. A larger value is refused by the cap that applies (`_pool_blocks`, `check_tier_chunks`: "give it at
+# most 128.0 GiB"), not by this bound, which no size that runs reaches (user53 #6: the page quoted it).
+MAX_KV_CACHE_BYTES = 2**50
 PAGED_POLICIES = ("vllm", "reserve")
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 OVERRIDES = (
@@ -204,10 +207,14 @@ def _check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) -
         raise InvalidArgumentError(f"{name} {value!r} is not one of {', '.join(map(repr, allowed))}")
 
 
-def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
+def _check_int(name: str, value: Any, lo: int, hi: int | None) -> int:
+    """`value` as an integer in lo..hi (hi None: no upper bound here, a later check gives the one that
+    applies)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentError(f"{name} {value!r} must be an integer")
-    if not lo <= value <= hi:
+    if hi is None and value < lo:
+        raise InvalidArgumentError(f"{name} {value} must be at least {lo}")
+    if hi is not None and not lo <= value <= hi:
         raise InvalidArgumentError(f"{name} {value} must be between {lo} and {hi}")
     return value
 
@@ -320,7 +327,9 @@ def tier_size(tier_bytes: Any, values: dict[str, Any]) -> float | None:
     Raises:
         InvalidArgumentError: as above.
     """
-    n = _check_int("kv_offloading_bytes", tier_bytes, 0, MAX_KV_CACHE_BYTES)
+    # (no upper bound here: `check_tier_chunks` refuses a tier past the chunks the page draws, naming the
+    # size that runs)
+    n = _check_int("kv_offloading_bytes", tier_bytes, 0, None)
     if n == 0:
         return None
     what = f"kv_offloading_bytes {n} ({fmt_bytes(n)} of CPU tier)"
@@ -402,9 +411,8 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
     if "num_blocks" in o:
         num_blocks = _check_int("num_blocks", o["num_blocks"], 2, LIMITS["max_blocks"])
     else:
-        kv_bytes = _check_int(
-            "kv_cache_bytes", o.get("kv_cache_bytes", preset_kv_cache_bytes(p)), 1, MAX_KV_CACHE_BYTES
-        )
+        # (no upper bound here: `_pool_blocks` refuses a pool past the blocks the page draws, naming the size)
+        kv_bytes = _check_int("kv_cache_bytes", o.get("kv_cache_bytes", preset_kv_cache_bytes(p)), 1, None)
         num_blocks = _pool_blocks(kv_bytes, block_size, model)
     caching = o.get("enable_prefix_caching", cfg.enable_prefix_caching)
     if not isinstance(caching, bool):

@@ -77,7 +77,10 @@ export function fetchRun(query) {
   inflight = new AbortController();
   const params = new URLSearchParams();
   for (const [k, v] of Object.entries(query)) {
-    if (v !== undefined && v !== null && v !== "" && !Number.isNaN(v)) params.set(k, String(v));
+    // (a whole number in digits, as the API reads one: String(1e21) is "1e+21")
+    if (v !== undefined && v !== null && v !== "" && !Number.isNaN(v)) {
+      params.set(k, Number.isInteger(v) ? BigInt(v).toString() : String(v));
+    }
   }
   return getJson(`api/run?${params.toString()}`, inflight.signal);
 }

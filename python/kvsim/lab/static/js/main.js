@@ -281,7 +281,8 @@ function readControl(el) {
 // in MiB.
 const MEMORY_FIELDS = { kv_cache_bytes: "KV cache memory (MiB)", kv_offloading_bytes: "CPU tier (MiB)" };
 const STILL_SHOWN = "The page still shows the previous run; its settings are back in the controls.";
-const mib = (b) => `${Number((b / MIB).toPrecision(6))} MiB`;
+// (exact: a bound rounded to 6 figures read "1073740000 MiB" for 2**30, user53 #6)
+const mib = (b) => `${Number.isInteger(b / MIB) ? int(b / MIB) : String(b / MIB)} MiB`;
 
 /** Why a value typed into a memory field is refused before any run (null: the server judges it). */
 function memoryWhyNot(param, raw) {

@@ -102,26 +102,71 @@ function drawRequests(snap) {
 function show(data, index) {
   const snap = data.snapshots[index];
   $("pd-instant").value = String(index);
-  $("pd-instant-label").textContent = `${index + 1} of ${data.snapshots.length} · t = ${fmtMs(snap.time_s)}`;
+  // (counted from 0 as the address's ?instant= and the API's are, the main page's "step k / n" form: it
+  // read "8 of 44" at ?instant=7, user53 #3)
+  $("pd-instant-label").textContent = `${index} / ${data.snapshots.length - 1} · t = ${fmtMs(snap.time_s)}`;
   for (const pool of snap.pools) drawPool(pool);
   drawLink(snap, data.time_model);
   drawRequests(snap);
   document.getElementById("pd").dataset.instant = String(index);
   const url = new URL(location.href);
+  if (url.searchParams.has("preset")) url.searchParams.set("preset", data.preset.name);
   url.searchParams.set("instant", String(index));
   history.replaceState(null, "", url);
 }
 
+/** The instant the address asks for, read as the main page reads `?step=`: a whole number, else its text
+ * (null: none asked). */
+function askedInstant(params) {
+  if (!params.has("instant")) return null;
+  const raw = params.get("instant");
+  return /^-?[0-9]+$/.test(raw.trim()) ? Number.parseInt(raw, 10) : raw;
+}
+
+/** The instant the page opens on and what the banner says of the address's (null: nothing to say): the
+ * opening instant for none or one that is not a number, one out of range clamped into 0..last. */
+function openingInstant(data, asked) {
+  const last = data.snapshots.length - 1;
+  if (asked === null) return [data.opening, null];
+  if (typeof asked === "string") {
+    return [data.opening, `instant ${JSON.stringify(asked)} in the address is not an instant number: showing the ` +
+      `opening instant, ${data.opening}`];
+  }
+  const clamped = Math.max(0, Math.min(last, asked));
+  if (clamped !== asked) {
+    return [clamped, `instant ${asked} in the address is outside the run's instants 0–${last}: showing instant ${clamped}`];
+  }
+  return [asked, null];
+}
+
+function banner(msg) {
+  $("pd-banner").hidden = !msg;
+  $("pd-banner").textContent = msg || "";
+}
+
+/** The fleet's timeline for `preset` (null: the default), as [data, null] or [null, the server's refusal]. */
+async function fetchTimeline(preset) {
+  const res = await fetch(preset === null ? "api/pd" : `api/pd?preset=${encodeURIComponent(preset)}`);
+  const data = await res.json();
+  return res.ok ? [data, null] : [null, data.error];
+}
+
 async function main() {
   const params = new URLSearchParams(location.search);
-  const preset = params.get("preset") || "disaggregated";
-  const res = await fetch(`api/pd?preset=${encodeURIComponent(preset)}`);
-  const data = await res.json();
-  if (!res.ok) {
-    $("pd-banner").hidden = false;
-    $("pd-banner").textContent = data.error;
-    document.getElementById("pd").setAttribute("aria-busy", "false");
-    return;
+  let [data, refused] = await fetchTimeline(params.has("preset") ? params.get("preset") : null);
+  let notice = null;
+  if (refused !== null) {
+    // A link the server refuses (an unknown preset) would leave an empty page: the default preset instead,
+    // the refusal said above it, as the main page does (its instant was the unknown preset's: not used).
+    const sentence = /[.!?)]$/.test(refused) ? refused : `${refused}.`;
+    [data, refused] = await fetchTimeline(null);
+    if (refused !== null) {
+      banner(refused);
+      document.getElementById("pd").setAttribute("aria-busy", "false");
+      return;
+    }
+    notice = `${sentence} Showing the default preset (${data.preset.name}) instead.`;
+    params.delete("instant");
   }
   $("pd-title").textContent = data.preset.title;
   $("pd-description").textContent = data.preset.description;
@@ -148,8 +193,8 @@ async function main() {
   $("pd-clock").dataset.timeModel = data.time_model ? data.time_model.name : "";
   const slider = $("pd-instant");
   slider.max = String(data.snapshots.length - 1);
-  const asked = Number.parseInt(params.get("instant") ?? "", 10);
-  const start = Number.isInteger(asked) && asked >= 0 && asked < data.snapshots.length ? asked : data.opening;
+  const [start, said] = openingInstant(data, askedInstant(params));
+  banner(notice ?? said);
   slider.addEventListener("input", () => show(data, Number(slider.value)));
   show(data, start);
   document.getElementById("pd").setAttribute("aria-busy", "false");
