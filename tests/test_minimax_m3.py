@@ -31,8 +31,8 @@ def _cfg() -> dict:
     return json.loads((HF / "minimax-m3.json").read_text())
 
 
-def _model(cfg: dict | None = None):
-    return hf_config._from_dict(cfg or _cfg(), "m3", "m3", "m3", None)
+def _model(cfg: dict | None = None, release: str = "0.34.0"):
+    return hf_config._from_dict(cfg or _cfg(), "m3", "m3", "m3", None, release)
 
 
 def _with_sparse(**fields) -> dict:
@@ -139,16 +139,48 @@ def test_sparse_layers_read_their_top_k_blocks_and_every_index_key():
         ({"sparse_num_index_heads": 8}, r"total_num_index_heads == total_num_kv_heads"),
         ({"sparse_index_dim": 64}, r"heads of 128 only"),
         ({"sparse_block_size": 64}, r"SPARSE_BLOCK_SIZE"),
-        ({"sparse_score_type": "mean"}, r"\"max\" only"),
-        ({"sparse_disable_index_value": [0] * 60}, r"index value"),
         ({"sparse_attention_freq": [0] * 3 + [1] * 56}, r"must list the 60 layers"),
         ({"sparse_topk_blocks": 0}, r"sparse_topk_blocks' 0 must be a whole number of at least 1"),
         ({"sparse_local_block": -1}, r"sparse_local_block' -1 must be a whole number"),
     ],
 )
 def test_what_vllm_refuses_or_builds_otherwise_is_refused_by_name(fields, message):
+    for release in ("0.34.0", "0.33.0"):
+        with pytest.raises(InvalidArgumentError, match=message):
+            _model(_with_sparse(**fields), release)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"sparse_score_type": "mean"}, r"sparse_score_type' 'mean'.*\"max\" only"),
+        ({"sparse_disable_index_value": [0] * 60}, r"index value"),
+        ({"sparse_disable_index_value": "all"}, r"sparse_disable_index_value' must list the 60 layers"),
+        (
+            {"sparse_init_block": -1},
+            r"sparse_init_block' -1 must be a whole number.*0\.34\.0's reads no such",
+        ),
+    ],
+)
+def test_the_legacy_fields_0_34_0_drops_are_refused_under_0_33_0_only(fields, message):
+    """vLLM 0.33.0's MiniMax-M3 reads `sparse_score_type`, `sparse_init_block` and
+    `sparse_disable_index_value` from `sparse_attention_config` (`nvidia/model.py`; its indexer kernels
+    implement "max" only and it builds no index value on any sparse layer: refused as built otherwise than
+    the config says). vLLM 0.34.0 reads the config through transformers' `MiniMaxM3VLTextConfig`, whose
+    `__post_init__` drops them (`dsa.MINIMAX_M3_UNREAD`): the same model whatever they say, so under
+    release 0.34.0 (the default) they are not refused."""
     with pytest.raises(InvalidArgumentError, match=message):
-        _model(_with_sparse(**fields))
+        _model(_with_sparse(**fields), "0.33.0")
+    m = _model()
+    for release in ("0.34.0", "0.34", "0.35.1"):
+        same = _model(_with_sparse(**fields), release)
+        assert same.layers == m.layers
+        assert same.num_params == m.num_params
+        assert same.kv_bytes_per_token == m.kv_bytes_per_token == 137_472
+    default = hf_config._from_dict(_with_sparse(**fields), "m3", "m3", "m3", None)
+    assert default.kv_bytes_per_token == 137_472
+    with pytest.raises(InvalidArgumentError, match=r"release 'vllm-0.34' is not a vLLM release number"):
+        _model(_with_sparse(**fields), "vllm-0.34")
 
 
 def test_no_sparse_config_is_refused_and_other_fields_still_are():

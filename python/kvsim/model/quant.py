@@ -33,6 +33,7 @@ from kvsim.model.quant_format import (
 )
 from kvsim.model.quant_modelopt import modelopt
 from kvsim.model.quant_transform import ct_transforms
+from kvsim.model.releases import LATEST
 
 # vLLM's `--quantization` values kvsim models: `fp8` quantizes an unquantized checkpoint at load time
 # (per tensor); the others name a quantized checkpoint's own method (vLLM's aliases included).
@@ -310,7 +311,7 @@ def _ct_wna8o8(scheme: dict[str, Any], fmt_name: str, fmt: Format, where: str) -
     `int-quantized` checkpoint stores each value in an int8, which vLLM 0.34.0 packs into that loaded
     storage and keeps (`replace_parameter` never shrinks it), so each value holds a byte whatever its
     bits (`Format.held_bits`); vLLM 0.33.0 registered a new packed parameter and freed the int8 one. kvsim
-    prices 0.34.0's bytes under every preset (its weights reader has no release: DESIGN.md §Presets).
+    prices 0.34.0's bytes under every release (a departure for 0.33.0: DESIGN.md §Presets).
 
     Raises:
         InvalidArgumentError: asymmetric weights, for which the scheme has no zero point.
@@ -506,14 +507,15 @@ _PARSERS = {
 }
 
 
-def from_config(qc: Any, where: str, b: Breakdown | None = None) -> Quantization:
+def from_config(qc: Any, where: str, b: Breakdown | None = None, release: str = LATEST) -> Quantization:
     """The `Quantization` a checkpoint's `quantization_config` describes (`where` names the file in errors),
     on the model of breakdown `b` where given (`Quantization.for_model`: its ignore list read module by
     module, layer by layer); without `b`, every group the method quantizes is kept in `formats` (the ignore
     list still prices each matrix: `Quantization.weight_bytes`; a ModelOpt MIXED_PRECISION one has no
     group formats until read on a model, its `modules` pricing each matrix). A ModelOpt config without `quant_method` (an
     `hf_quant_config.json`, whose `producer` is modelopt) takes vLLM's from its `quant_algo`
-    (`ModelArchConfigConvertor._normalize_quantization_config`).
+    (`ModelArchConfigConvertor._normalize_quantization_config`). `release` is the vLLM release whose reading
+    is followed where releases differ (`kvsim.model.releases`: ModelOpt's `weight_scale_encoding`).
 
     Raises:
         InvalidArgumentError: a method or a field kvsim does not model, named.
@@ -555,7 +557,7 @@ def from_config(qc: Any, where: str, b: Breakdown | None = None) -> Quantization
         raise InvalidArgumentError(
             f"{where}: quant_method {method!r} is not modelled by kvsim; known: {', '.join(sorted(_PARSERS))}"
         )
-    q = parser(qc, where)
+    q = modelopt(qc, where, release) if parser is modelopt else parser(qc, where)
     return q.for_model(b) if b is not None else q
 
 
