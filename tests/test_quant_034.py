@@ -189,15 +189,34 @@ def test_w4a8o8_int_quantized_keeps_a_byte_a_value():
     assert eight.formats["attn"].rate == "bf16"
 
 
-def test_w4a8o8_needs_both_static_int8_activations():
-    """Without `output_activations` (or with dynamic inputs) vLLM picks another scheme: not priced so."""
+def test_w4a8o8_under_0_33_0_holds_half_a_byte_a_value():
+    """0.33.0 registered the packed int32 tensor and freed the int8 one: 262,144 + 8,192 = 270,336 bytes."""
     b = _one_matrix()
+    q = quant.from_config(_w4a8o8("int-quantized"), "t", b, release="0.33.0")
+    assert q.group_bytes(b, "attn", 16) == 262_144 + 8_192 == 270_336
+    assert (
+        quant.from_config(_w4a8o8("int-quantized"), "t", b, release="0.34").group_bytes(b, "attn", 16)
+        == 532_480
+    )
+
+
+def test_w4a8o8_needs_both_static_int8_activations():
+    """Without `output_activations` vLLM picks another scheme (`kvsim.model.quant_ct.int_with_inputs`): none
+    for static per-tensor int8 inputs on a pack-quantized checkpoint, none for dynamic per-tensor ones on an
+    int-quantized one (W4A8Int wants them per token): refused by name, as vLLM raises."""
     cfg = _w4a8o8("pack-quantized")
     del cfg["config_groups"]["group_0"]["output_activations"]
-    assert quant.from_config(cfg, "t", b).formats["attn"].held_bits == 0
+    with pytest.raises(InvalidArgumentError, match="No compressed-tensors compatible scheme was found"):
+        quant.from_config(cfg, "t")
     cfg = _w4a8o8("int-quantized")
+    del cfg["config_groups"]["group_0"]["output_activations"]
     cfg["config_groups"]["group_0"]["input_activations"]["dynamic"] = True
-    assert quant.from_config(cfg, "t", b).formats["attn"].held_bits == 0
+    with pytest.raises(
+        InvalidArgumentError, match=r"dynamic int8 per-tensor input_activations.*No compressed"
+    ):
+        quant.from_config(cfg, "t")
+    cfg["config_groups"]["group_0"]["input_activations"]["strategy"] = "token"  # W4A8Int
+    assert quant.from_config(cfg, "t").formats["attn"].held_bits == 8
 
 
 def test_asymmetric_w4a8o8_is_refused_by_name():

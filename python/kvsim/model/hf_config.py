@@ -701,6 +701,7 @@ def _from_dict(
         uncounted=uncounted,
         rope_cache_bytes=rope_bytes,
         mla_absorbed_bytes=mla_absorbed_bytes(b, q, dtype_bits(dtype)),
+        release=".".join(map(str, release_version(release))),
     )
     why = nvfp4_refusal(model, model.kv_dtype)
     if why is not None:

@@ -293,7 +293,7 @@ def resolve(model: Model | str, release: str = LATEST) -> Model:
     )
 
 
-def with_quantization(model: Model, quantization: str | None, release: str = LATEST) -> Model:
+def with_quantization(model: Model, quantization: str | None) -> Model:
     """`model` loaded with vLLM's `--quantization` (`fp8` quantizes an unquantized model's linear layers
     at load time; another value must name the checkpoint's own method), rebuilt from its config fields
     by the reader (`kvsim.model.hf_config`). None: unchanged.
@@ -314,7 +314,7 @@ def with_quantization(model: Model, quantization: str | None, release: str = LAT
         )
     # (errors name the model as given, a preset's name rather than its config's address)
     rebuilt = _from_dict(
-        json.loads(model.config_json), model.name, model.name, model.source, quantization, release
+        json.loads(model.config_json), model.name, model.name, model.source, quantization, model.release
     )
     return dataclasses.replace(
         rebuilt,
