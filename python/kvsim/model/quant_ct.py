@@ -151,15 +151,10 @@ def int_with_inputs(
     if w.type != "int" or w.dynamic or a.type != "int":
         return fmt
     if fmt_name == "pack-quantized":
-        if (
-            a.symmetric is True
-            and a.dynamic is True
-            and a.strategy in ("token", "group")
-            and a.bits in (8, 4)
-        ):
+        if a.symmetric is True and bool(a.dynamic) and a.strategy in ("token", "group") and a.bits in (8, 4):
             return fmt
     elif fmt_name in CT_ACTIVATION_FORMATS:
-        if w.symmetric is True and a.bits == 8 and a.strategy == "token" and a.dynamic is True:
+        if w.symmetric is True and a.bits == 8 and a.strategy == "token" and bool(a.dynamic):
             return Format("int", 4, fmt.strategy, group=fmt.group, held_bits=_held_bits(True, 4, release))
     else:
         return fmt
