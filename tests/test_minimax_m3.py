@@ -31,8 +31,28 @@ def _cfg() -> dict:
     return json.loads((HF / "minimax-m3.json").read_text())
 
 
-def _model(cfg: dict | None = None):
-    return hf_config._from_dict(cfg or _cfg(), "m3", "m3", "m3", None)
+# NVIDIA's MiniMax-M3 releases' wrapper, as vLLM 0.34.0 serves the model (`served.MINIMAX_M3_SERVED`): the
+# fixture (the text config MiniMaxAI publishes, which vLLM does not serve as is: tests/test_served.py) is its
+# `text_config`.
+WRAPPER = {"model_type": "minimax_m3_vl", "architectures": ["MiniMaxM3SparseForConditionalGeneration"]}
+
+
+def wrapped(cfg: dict) -> dict:
+    """`cfg` (a MiniMax-M3 text config) as the `text_config` of the wrapper vLLM serves; a config with its
+    own `text_config`, or without `architectures`, as it is."""
+    return cfg if "text_config" in cfg or "architectures" not in cfg else {**WRAPPER, "text_config": cfg}
+
+
+def wrapped_path(tmp_path: Path) -> Path:
+    """The fixture wrapped (`wrapped`), written to a config.json under `tmp_path`."""
+    path = tmp_path / "minimax-m3-vl" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(wrapped(_cfg())))
+    return path
+
+
+def _model(cfg: dict | None = None, release: str = "0.34.0"):
+    return hf_config._from_dict(wrapped(cfg or _cfg()), "m3", "m3", "m3", None, release)
 
 
 def _with_sparse(**fields) -> dict:
@@ -60,10 +80,10 @@ def test_57_sparse_layers_keep_an_index_key_beside_k_and_v():
     assert kv_layout(m, 128, tensor_parallel_size=8, kv_bits=8).bytes_per_block == 128 * 117 * 256
 
 
-def test_b200_tp8_takes_128_token_blocks_and_the_index_in_every_block():
+def test_b200_tp8_takes_128_token_blocks_and_the_index_in_every_block(tmp_path):
     """vLLM 0.33.0 picks 128-token blocks for it (its sparse attention and indexer backends' only kernel
     block) and keeps the KV dtype auto (bf16); the pool's blocks are its bytes over 5,799,936."""
-    path = HF / "minimax-m3.json"
+    path = wrapped_path(tmp_path)
     cfg = kvsim.SimConfig(model=str(path), gpu="b200", tensor_parallel_size=8, max_model_len=32768)
     assert cfg.block_size == 128
     assert cfg.kv_cache_dtype == "auto"
@@ -139,16 +159,48 @@ def test_sparse_layers_read_their_top_k_blocks_and_every_index_key():
         ({"sparse_num_index_heads": 8}, r"total_num_index_heads == total_num_kv_heads"),
         ({"sparse_index_dim": 64}, r"heads of 128 only"),
         ({"sparse_block_size": 64}, r"SPARSE_BLOCK_SIZE"),
-        ({"sparse_score_type": "mean"}, r"\"max\" only"),
-        ({"sparse_disable_index_value": [0] * 60}, r"index value"),
         ({"sparse_attention_freq": [0] * 3 + [1] * 56}, r"must list the 60 layers"),
         ({"sparse_topk_blocks": 0}, r"sparse_topk_blocks' 0 must be a whole number of at least 1"),
         ({"sparse_local_block": -1}, r"sparse_local_block' -1 must be a whole number"),
     ],
 )
 def test_what_vllm_refuses_or_builds_otherwise_is_refused_by_name(fields, message):
+    for release in ("0.34.0", "0.33.0"):
+        with pytest.raises(InvalidArgumentError, match=message):
+            _model(_with_sparse(**fields), release)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"sparse_score_type": "mean"}, r"sparse_score_type' 'mean'.*\"max\" only"),
+        ({"sparse_disable_index_value": [0] * 60}, r"index value"),
+        ({"sparse_disable_index_value": "all"}, r"sparse_disable_index_value' must list the 60 layers"),
+        (
+            {"sparse_init_block": -1},
+            r"sparse_init_block' -1 must be a whole number.*0\.34\.0's reads no such",
+        ),
+    ],
+)
+def test_the_legacy_fields_0_34_0_drops_are_refused_under_0_33_0_only(fields, message):
+    """vLLM 0.33.0's MiniMax-M3 reads `sparse_score_type`, `sparse_init_block` and
+    `sparse_disable_index_value` from `sparse_attention_config` (`nvidia/model.py`; its indexer kernels
+    implement "max" only and it builds no index value on any sparse layer: refused as built otherwise than
+    the config says). vLLM 0.34.0 reads the config through transformers' `MiniMaxM3VLTextConfig`, whose
+    `__post_init__` drops them (`dsa.MINIMAX_M3_UNREAD`): the same model whatever they say, so under
+    release 0.34.0 (the default) they are not refused."""
     with pytest.raises(InvalidArgumentError, match=message):
-        _model(_with_sparse(**fields))
+        _model(_with_sparse(**fields), "0.33.0")
+    m = _model()
+    for release in ("0.34.0", "0.34", "0.35.1"):
+        same = _model(_with_sparse(**fields), release)
+        assert same.layers == m.layers
+        assert same.num_params == m.num_params
+        assert same.kv_bytes_per_token == m.kv_bytes_per_token == 137_472
+    default = hf_config._from_dict(wrapped(_with_sparse(**fields)), "m3", "m3", "m3", None)
+    assert default.kv_bytes_per_token == 137_472
+    with pytest.raises(InvalidArgumentError, match=r"release 'vllm-0.34' is not a vLLM release number"):
+        _model(_with_sparse(**fields), "vllm-0.34")
 
 
 def test_no_sparse_config_is_refused_and_other_fields_still_are():
@@ -227,7 +279,7 @@ def test_a_malformed_sparse_config_on_another_model_type_is_refused_by_name(freq
     """`sparse_attention_config` on a model type other than MiniMax-M3's: a `sparse_attention_freq` that is not
     a list (a number) raised a bare TypeError."""
     cfg = json.loads((HF / "minimax-m2.json").read_text())
-    cfg["sparse_attention_config"] = {"sparse_attention_freq": freq}
+    cfg["sparse_attention_config"] = {"sparse_attention_freq": freq}  # (MiniMax-M2: served as it is)
     with pytest.raises(InvalidArgumentError, match="'sparse_attention_config'"):
         hf_config._from_dict(cfg, "m2", "m2", "m2", None)
 

@@ -89,15 +89,51 @@ def test_the_transformers_backend_serves_a_class_transformers_has_with_a_note(ca
 
 
 def test_every_catalogue_model_and_test_config_is_served():
-    """The catalogue's configs and every config.json kept under tests/data/hf pass (MiniMax-M3's text config is
-    read as the `minimax_m3_vl` wrapper's, `served.READ_AS_ANOTHER`)."""
+    """The catalogue's configs and every config.json kept under tests/data/hf pass but MiniMax-M3's text
+    config (`test_minimax_m3s_text_config_is_refused_and_its_wrapper_served`)."""
     for name, (_, fields) in ENTRIES.items():
         cfg = {**WRAPPERS[name], "text_config": dict(fields)} if name in WRAPPERS else dict(fields)
         assert served.refusal(cfg) is None, name
     configs = [p for p in HF.rglob("*.json") if "architectures" in json.loads(p.read_text())]
     assert len(configs) >= 40
     for p in configs:
-        assert served.refusal(json.loads(p.read_text())) is None, p
+        if p.name != "minimax-m3.json":
+            assert served.refusal(json.loads(p.read_text())) is None, p
+
+
+def test_minimax_m3s_text_config_is_refused_and_its_wrapper_served(capsys, tmp_path):
+    """MiniMaxAI's MiniMax-M3 config (`minimax_m3`, `MiniMaxM3ForCausalLM`): vLLM 0.34.0's registry lists
+    `MiniMaxM3SparseForConditionalGeneration` and `MiniMaxM3SparseForCausalLM` only, and neither transformers
+    5.22.2 nor vLLM reads model_type `minimax_m3`, so vllm serve stops on it: refused by name (kvsim read it
+    as the wrapper's text config before), the message saying how vLLM serves the model; both of those load."""
+    text = json.loads((HF / "minimax-m3.json").read_text())
+    why = served.refusal(text)
+    assert why is not None
+    assert why.startswith("architectures ['MiniMaxM3ForCausalLM']: vLLM 0.34.0 does not serve them")
+    assert "does not know its model_type 'minimax_m3'" in why
+    assert served.MINIMAX_M3_SERVED in why
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(text))
+    err = _error(capsys, ["run", "--model", str(path), *RUN])
+    assert err.startswith(f"kvsim run: error: argument --model: model {str(path)!r}: architectures")
+    assert "'minimax_m3_vl'" in err
+    assert err.count("\n") <= 1
+    with pytest.raises(InvalidArgumentError, match="MiniMaxM3SparseForConditionalGeneration"):
+        from_hf_config(path)
+    for spelling in ("minimax_m3_text", "MiniMax_M3"):
+        assert served.MINIMAX_M3_SERVED in (served.refusal({**text, "model_type": spelling}) or "")
+    # as vLLM serves it: the wrapper (NVIDIA's releases), or the text model under transformers' type
+    wrapper = {"model_type": "minimax_m3_vl", "architectures": ["MiniMaxM3SparseForConditionalGeneration"]}
+    assert served.refusal({**wrapper, "text_config": text}) is None
+    sparse = {**text, "model_type": "minimax_m3_vl_text", "architectures": ["MiniMaxM3SparseForCausalLM"]}
+    assert served.refusal(sparse) is None
+    for cfg in ({**wrapper, "text_config": text}, sparse):
+        path.write_text(json.dumps(cfg))
+        assert from_hf_config(path).kv_bytes_per_token == 137_472
+    # another architecture under a MiniMax-M3 type keeps the general hint
+    other = served.refusal({**text, "model_type": "frob", "architectures": ["FrobForCausalLM"]})
+    assert other is not None
+    assert served.MINIMAX_M3_SERVED not in other
 
 
 def test_the_name_lists_name_their_source():

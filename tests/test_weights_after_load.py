@@ -150,7 +150,7 @@ def test_machetes_zero_points_of_the_shared_experts_the_sequence_parallel_moe_ho
         assert pool.figures.model_loading_bytes - gpu.loaded_bytes == extra
 
 
-def test_sparse_attention_models_load_their_top_k_index_buffer():
+def test_sparse_attention_models_load_their_top_k_index_buffer(tmp_path):
     """DeepSeek-V3.2's and GLM-5's model allocates `topk_indices_buffer`, max_num_batched_tokens x index_topk
     int32, as vLLM 0.33.0 builds it (models/deepseek_v32/nvidia/model.py lines 192-197), so inside "Model
     loading took" (gpu_model_runner.py line 5076), whole on every GPU: 8,192 x 2,048 x 4 bytes = 64 MiB at
@@ -158,13 +158,13 @@ def test_sparse_attention_models_load_their_top_k_index_buffer():
     MiniMax-M3's (minimax_m3/nvidia/model.py lines 831-845) 8,192 tokens x a GPU's index heads (4 at tp 1,
     1 at tp 4 and, at least one, at tp 8) x 16 top-k blocks x 4 bytes. Other models: none."""
     from kvsim.model.dsa import topk_indices_bytes
-    from tests.test_shard import HF
+    from tests.test_minimax_m3 import wrapped_path
 
     assert topk_indices_bytes(resolve("deepseek-v3.2"), 8192, 8) == 8192 * 2048 * 4 == 64 * 2**20
     assert topk_indices_bytes(resolve("glm-5"), 4096, 16) == 32 * 2**20
     assert topk_indices_bytes(resolve("deepseek-v4-flash"), 8192, 4) == 16 * 2**20
     assert topk_indices_bytes(resolve("deepseek-v3"), 8192, 8) == 0
-    m3 = resolve(str(HF / "minimax-m3.json"))
+    m3 = resolve(str(wrapped_path(tmp_path)))  # (MiniMax-M3 as vLLM serves it: NVIDIA's wrapper)
     assert topk_indices_bytes(m3, 8192, 1) == 8192 * 4 * 16 * 4 == 2_097_152
     assert topk_indices_bytes(m3, 8192, 4) == topk_indices_bytes(m3, 8192, 8) == 524_288
     assert topk_indices_bytes(m3, 8190, 4) == 8192 * 16 * 4  # tokens rounded up to 4

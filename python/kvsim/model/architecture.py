@@ -26,6 +26,7 @@ from kvsim.model.dtypes import DTYPE_BITS, HF_DTYPES, NVFP4_KV, dtype_bits
 from kvsim.model.encoders import Tower
 from kvsim.model.kv_dtype_values import check_nvfp4
 from kvsim.model.layers import FULL, Layer
+from kvsim.model.releases import LATEST
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ class Model:
             int groups; 0 for none) and whether the checkpoint quantizes such a matrix in some layer (an
             ignore list may leave it unquantized in all): what tensor parallelism must divide
             (`kvsim.model.shard`); empty for the 2024 presets.
+        release: the vLLM release whose reading of the config the model was built by (`kvsim.model.releases`;
+            the weights' readers read its quantization again by it).
     """
 
     name: str
@@ -125,6 +128,7 @@ class Model:
     uncounted: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     rope_cache_bytes: int = dataclasses.field(default=0, compare=False, repr=False)
     mla_absorbed_bytes: int = dataclasses.field(default=0, compare=False, repr=False)
+    release: str = dataclasses.field(default=LATEST, repr=False)
 
     def __post_init__(self) -> None:
         dtype_bits(self.weight_dtype)

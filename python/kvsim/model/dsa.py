@@ -11,6 +11,7 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.gpus import is_rocm, sm_capability
+from kvsim.model.releases import LATEST, at_least
 
 
 def dsa_index_bytes(index_head_dim: int) -> int:
@@ -190,6 +191,15 @@ MINIMAX_M3_FLAT_INDEX = {
     "index_topk_blocks": ("sparse_topk_blocks", 16),
     "index_local_blocks": ("sparse_local_block", 1),
 }
+# The legacy `sparse_attention_config` keys vLLM 0.34.0 does not read (transformers' `MiniMaxM3VLTextConfig.
+# __post_init__` keeps `MINIMAX_M3_FLAT_INDEX`'s keys and `sparse_attention_freq` and drops the rest; vLLM
+# 0.34.0's `models/minimax_m3/nvidia/model.py` reads none of them): vLLM 0.33.0 read them.
+MINIMAX_M3_UNREAD = (
+    "sparse_score_type",
+    "sparse_init_block",
+    "sparse_disable_index_value",
+    "use_sparse_attention",
+)
 _M3_LAYER_TYPES = {
     "layer_types": ("minimax_m3_sparse", "full_attention"),
     "mlp_layer_types": ("sparse", "dense"),
@@ -305,7 +315,9 @@ def whole_at_least(v: Any, least: int) -> bool:
     return not isinstance(v, bool) and isinstance(v, int) and v >= least
 
 
-def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> MiniMaxM3Sparse:
+def minimax_m3_sparse(
+    cfg: Mapping[str, Any], num_layers: int, where: str, release: str = LATEST
+) -> MiniMaxM3Sparse:
     """MiniMax-M3's sparse layers and indexer read from `cfg` (a `minimax_m3*` config's text fields), the one
     reading of `sparse_attention_config` (the layers in `kvsim.model.hf_layers`, the weights in
     `kvsim.model.params`, the top-k reads in `kvsim.model.timing`).
@@ -319,7 +331,11 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
             backends' only head size), `sparse_block_size` other than 128 (the kernels' `SPARSE_BLOCK_SIZE`),
             a `sparse_topk_blocks` below 1, `sparse_init_block` / `sparse_local_block` below 0,
             `sparse_score_type` other than max (the only one the kernels implement), a sparse layer whose
-            `sparse_disable_index_value` entry is 0 (vLLM builds no index value or output projection).
+            `sparse_disable_index_value` entry is 0 (vLLM builds no index value or output projection). The
+            last three (and `sparse_init_block`) only under a `release` before 0.34.0: vLLM 0.34.0 reads
+            the config through transformers' `MiniMaxM3VLTextConfig`, whose `__post_init__` keeps the
+            `sparse_attention_config` keys `MINIMAX_M3_FLAT_INDEX` names and `sparse_attention_freq` and
+            drops the rest (`MINIMAX_M3_UNREAD`), so whatever they say, it builds the same model.
     """
     sparse = cfg.get("sparse_attention_config")
     if not isinstance(sparse, Mapping):
@@ -348,16 +364,18 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
         if not whole_at_least(v, least):
             at = f" of at least {least}" if least else ""
             # (0.34.0 reads the legacy keys through transformers' flat fields, all but sparse_init_block)
-            also = "; 0.34.0's reads no such field" if key == "sparse_init_block" else ", as 0.34.0's does"
+            also = "; 0.34.0's reads no such field" if key in MINIMAX_M3_UNREAD else ", as 0.34.0's does"
             raise InvalidArgumentError(
                 f"model {where}: field 'sparse_attention_config.{key}' {v!r} must be a whole number{at} "
                 f"(vLLM 0.33.0's MiniMax-M3 reads it for its sparse layers{also})"
             )
         return int(v)
 
+    reads_all = not at_least(release, "0.34.0")  # (0.34.0 drops MINIMAX_M3_UNREAD)
     heads, dim = field("sparse_num_index_heads"), field("sparse_index_dim")
     topk, block = field("sparse_topk_blocks"), field("sparse_block_size")
-    field("sparse_init_block", 0, least=0)
+    if reads_all:
+        field("sparse_init_block", 0, least=0)
     field("sparse_local_block", 0, least=0)
     kv_heads = cfg.get("num_key_value_heads")
     if kv_heads is None:
@@ -385,6 +403,8 @@ def minimax_m3_sparse(cfg: Mapping[str, Any], num_layers: int, where: str) -> Mi
             f"0.34.0's MiniMax-M3 kernels score and attend blocks of {MINIMAX_M3_BLOCK} tokens whatever the config says "
             "(SPARSE_BLOCK_SIZE, models/minimax_m3/common/ops/sparse_attn.py): not modelled"
         )
+    if not reads_all:
+        return MiniMaxM3Sparse(layers, heads, dim, topk)
     score = sparse.get("sparse_score_type", "max")
     if score != "max":
         raise InvalidArgumentError(
@@ -549,6 +569,7 @@ __all__ = [
     "MINIMAX_M3_BLOCK",
     "MINIMAX_M3_FLAT_INDEX",
     "MINIMAX_M3_TYPES",
+    "MINIMAX_M3_UNREAD",
     "MiniMaxM3Sparse",
     "dsa_block_size",
     "dsa_index_bytes",

@@ -20,6 +20,8 @@ from kvsim.model.hf_layers import layers_from_hf_config
 from kvsim.model.kv_dtype_values import nvfp4_refusal
 from kvsim.model.nemotron_nas import MODEL_TYPE as NAS_TYPE
 from kvsim.model.nemotron_nas import first_kv_heads, nas_blocks
+from kvsim.model.releases import LATEST
+from kvsim.model.releases import version as release_version
 from kvsim.model.rope import LEGACY_ROPE_NAMES
 
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 # The most decoder layers a config may state (the largest served models have a few hundred).
 MAX_LAYERS = 65_536
 
-_HF_CACHE: dict[tuple[str, float, float | None, str | None, str | None], Model] = {}
+_HF_CACHE: dict[tuple[str, float, float | None, str | None, str | None, tuple[int, int, int]], Model] = {}
 
 
 def hf_cache_dir() -> Path:
@@ -71,7 +73,9 @@ def cached_config(repo_id: str) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
-def from_hf_config(path: str | Path, name: str | None = None, quantization: str | None = None) -> Model:
+def from_hf_config(
+    path: str | Path, name: str | None = None, quantization: str | None = None, release: str = LATEST
+) -> Model:
     """A `Model` from a Hugging Face `config.json` (a file, or a folder holding one).
 
     Read: `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads` (or vLLM's other
@@ -86,7 +90,9 @@ def from_hf_config(path: str | Path, name: str | None = None, quantization: str 
     layers from `n_routed_experts` / `num_local_experts` / `num_experts`, `moe_intermediate_size`, shared
     experts, `first_k_dense_replace`, `decoder_sparse_step`, `moe_layers`; active parameters from
     `num_experts_per_tok`). A multimodal config's `text_config` is read (the vision tower is not counted).
-    The model's name is `name`, else the path. `quantization` is vLLM's `--quantization`.
+    The model's name is `name`, else the path. `quantization` is vLLM's `--quantization`. `release` is the
+    vLLM release whose reading is followed where releases read a field differently (`kvsim.model.releases`:
+    ModelOpt's `weight_scale_encoding`, MiniMax-M3's legacy sparse fields); the latest by default.
 
     Raises:
         InvalidArgumentError: naming the file and the missing, invalid or unmodelled field.
@@ -103,7 +109,7 @@ def from_hf_config(path: str | Path, name: str | None = None, quantization: str 
         side_stamp = side.stat().st_mtime if side.is_file() else None
     except OSError as exc:
         raise InvalidArgumentError(f"model {str(path)!r}: cannot read {p}: {exc.strerror}") from None
-    key = (str(p), stamp, side_stamp, name, quantization)
+    key = (str(p), stamp, side_stamp, name, quantization, release_version(release))
     if key in _HF_CACHE:
         return _HF_CACHE[key]
     try:
@@ -122,7 +128,7 @@ def from_hf_config(path: str | Path, name: str | None = None, quantization: str 
             raise InvalidArgumentError(f"model {str(path)!r}: {side} is not a JSON config: {exc}") from None
         cfg = {**cfg, "quantization_config": quant_cfg}
         try:
-            model = _from_dict(cfg, name or str(path), str(path), str(p), quantization)
+            model = _from_dict(cfg, name or str(path), str(path), str(p), quantization, release)
         except InvalidArgumentError as e:
             # (its fields are named as vLLM names them once read, `quantization_config.*`: say where they are)
             if "quantization_config" not in str(e):
@@ -131,7 +137,7 @@ def from_hf_config(path: str | Path, name: str | None = None, quantization: str 
                 f"{e} (quantization_config read from {side}: its fields sit under 'quantization' there)"
             ) from None
     else:
-        model = _from_dict(cfg, name or str(path), str(path), str(p), quantization)
+        model = _from_dict(cfg, name or str(path), str(path), str(p), quantization, release)
     _HF_CACHE[key] = model
     return model
 
@@ -459,8 +465,11 @@ def _rope_scaled(cfg: dict[str, Any], max_len: int, where: str) -> tuple[int, in
     return limit, original
 
 
-def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantization: str | None) -> Model:
-    """The `Model` of config fields `cfg` (see `from_hf_config`); `where` names it in errors."""
+def _from_dict(
+    cfg: dict[str, Any], name: str, where: str, source: str, quantization: str | None, release: str = LATEST
+) -> Model:
+    """The `Model` of config fields `cfg` (see `from_hf_config`) as vLLM `release` reads them; `where` names it
+    in errors."""
     import json
 
     from kvsim.model import quant, served
@@ -469,6 +478,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
 
     path = where
     p = source
+    release_version(release)  # (a release that is no release number: refused by name, whatever the model)
     try:
         refusal = served.refusal(cfg)
     except InvalidArgumentError as exc:
@@ -616,12 +626,12 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         # CUDA GPUs of compute capability 8.0 and up and on ROCm, float16 before (the same two bytes).
         dtype = "bf16"
     towers, uncounted = _towers(wrapper, encoders, hidden, dtype_bits(dtype), str(path))
-    checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}")
+    checkpoint = quant.from_config(cfg.get("quantization_config"), f"model {str(path)!r}", release=release)
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         checkpoint = quant.deepseek_v4(checkpoint, cfg, f"model {str(path)!r}")
     q = quant.with_flag(checkpoint, quantization, f"model {str(path)!r}")
     # The layers first: their reader checks the fields the weights' reader counts too.
-    model_layers = layers_from_hf_config(cfg, layers, str(path))
+    model_layers = layers_from_hf_config(cfg, layers, str(path), release)
     # (after the layers' reader, which checks the fields the rotary caches read too: head widths, layers)
     rope_bytes = rope_cache_bytes(cfg, head_dim, dtype_bits(dtype), str(path))
     b = param_breakdown(
@@ -691,6 +701,7 @@ def _from_dict(cfg: dict[str, Any], name: str, where: str, source: str, quantiza
         uncounted=uncounted,
         rope_cache_bytes=rope_bytes,
         mla_absorbed_bytes=mla_absorbed_bytes(b, q, dtype_bits(dtype)),
+        release=".".join(map(str, release_version(release))),
     )
     why = nvfp4_refusal(model, model.kv_dtype)
     if why is not None:

@@ -24,6 +24,7 @@ from kvsim.model.layers import (
 from kvsim.model.mamba_dims import STATE_DIM_MAX, mamba_dims
 from kvsim.model.nemotron_nas import MODEL_TYPE as NAS_TYPE
 from kvsim.model.nemotron_nas import first_kv_heads, nas_blocks
+from kvsim.model.releases import LATEST
 
 # Layer names of a config's `layer_types` (transformers' spelling) and the kind each is.
 _HF_LAYER_TYPES = {
@@ -216,7 +217,9 @@ def kimi_full_rank_gate(cfg: Mapping[str, Any]) -> bool:
     return isinstance(lac, dict) and lac.get("use_full_rank_gate") is True
 
 
-def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> tuple[Layer, ...]:
+def layers_from_hf_config(
+    cfg: dict[str, Any], num_layers: int, where: str, release: str = LATEST
+) -> tuple[Layer, ...]:
     """Each decoder layer's cache from a Hugging Face `config.json` (already merged with its
     `text_config`), as vLLM 0.33.0 builds the layers (the rules and their sources: DESIGN.md §Hybrid
     attention). Empty: every layer full attention.
@@ -228,7 +231,8 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
     Qwen3-Next's `full_attention_interval`, Jamba's `attn_layer_period` / `attn_layer_offset`,
     Nemotron-H's `hybrid_override_pattern`, Kimi-Linear's `linear_attn_config`, and a model-wide
     `sliding_window` (Mistral: every layer). A state layer's shape comes from the model's fields as vLLM's
-    `MambaStateShapeCalculator` reads them.
+    `MambaStateShapeCalculator` reads them. `release`: the vLLM release whose reading of MiniMax-M3's
+    legacy sparse fields is followed (`kvsim.model.dsa.minimax_m3_sparse`).
 
     Raises:
         InvalidArgumentError: a field kvsim cannot model, named, rather than a guess.
@@ -294,7 +298,7 @@ def layers_from_hf_config(cfg: dict[str, Any], num_layers: int, where: str) -> t
         return _mimo_v2_layers(cfg, num_layers, where, field_int, field_window)
     _refuse_unread_layers(cfg, model_type, where)
     if model_type in MINIMAX_M3_TYPES:
-        return minimax_m3_layers(cfg, model_type, num_layers, where)
+        return minimax_m3_layers(cfg, model_type, num_layers, where, release)
     if model_type in DSA_TYPES:
         return deepseek_v32_layers(cfg, num_layers, where, field_int)
     if model_type.startswith("gemma4"):

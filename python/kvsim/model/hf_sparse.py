@@ -14,6 +14,7 @@ from kvsim.errors import InvalidArgumentError
 from kvsim.model.dsa import minimax_m3_sparse, whole_at_least
 from kvsim.model.layer_types import DSV4_RATIOS, FULL, MAX_WINDOW, Layer
 from kvsim.model.mamba_dims import STATE_DIM_MAX
+from kvsim.model.releases import LATEST
 
 
 def deepseek_v4_layers(
@@ -77,7 +78,9 @@ def deepseek_v4_layers(
     )
 
 
-def minimax_m3_layers(cfg: dict[str, Any], model_type: str, num_layers: int, where: str) -> tuple[Layer, ...]:
+def minimax_m3_layers(
+    cfg: dict[str, Any], model_type: str, num_layers: int, where: str, release: str = LATEST
+) -> tuple[Layer, ...]:
     """MiniMax-M3's layers (vLLM 0.33.0's `models/minimax_m3/nvidia/model.py`; DESIGN.md §Defaults and sizing,
     "MiniMax-M3"): a sparse layer (`dsa.minimax_m3_sparse`) is full attention of the model's KV heads read
     over its top-k blocks, with an index key cache of `sparse_index_dim` beside its K and V
@@ -98,7 +101,7 @@ def minimax_m3_layers(cfg: dict[str, Any], model_type: str, num_layers: int, whe
                 f"model {where}: field {key!r} (model_type {model_type!r}) names layer kinds vLLM 0.33.0's "
                 "and 0.34.0's MiniMax-M3 do not read (every layer is full or block-sparse attention): not modelled"
             )
-    sparse = minimax_m3_sparse(cfg, num_layers, where)
+    sparse = minimax_m3_sparse(cfg, num_layers, where, release)
     if not any(sparse.layers):
         return ()
     return tuple(

@@ -50,7 +50,7 @@ def machete_zero_bytes(m: Model, arch: str | None, tp: int, replicated: tuple[st
         return 0
     b, _ = model_breakdown(m)
     cfg = m.config_fields
-    q = quant.from_config(cfg.get("quantization_config"), f"model {m.name!r}", b).for_model(b)
+    q = quant.from_config(cfg.get("quantization_config"), f"model {m.name!r}", b, m.release).for_model(b)
     extra = 0
     for group, fmt in q.formats.items():
         if group == "experts" or fmt.kind != "int" or not fmt.zeros or fmt.group not in MACHETE_GROUPS:

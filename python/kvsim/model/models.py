@@ -24,6 +24,7 @@ from kvsim.model.hf_config import (
     hf_cache_dir,
 )
 from kvsim.model.layers import Layer
+from kvsim.model.releases import LATEST
 
 
 def _dense(
@@ -239,11 +240,12 @@ def model_label(given: Model | str | None, name: str) -> str:
     return name
 
 
-def resolve(model: Model | str) -> Model:
+def resolve(model: Model | str, release: str = LATEST) -> Model:
     """A `Model` from a `Model`, a preset name (any case; `-instruct` names resolve to their preset), a path
     to a Hugging Face `config.json` (or its folder), or a Hugging Face id (`org/name`) read from the local
     Hugging Face cache (`hf_cache_dir`; nothing is downloaded; when it is not there, the preset its last
-    part names, lower-cased).
+    part names, lower-cased). A config is read as vLLM `release` reads it (`from_hf_config`; the presets'
+    configs hold no field the releases read differently).
 
     Raises:
         InvalidArgumentError: an unknown name (the known ones and where the cache was looked for), or a
@@ -262,11 +264,11 @@ def resolve(model: Model | str) -> Model:
         return preset
     path = Path(model)
     if model.endswith(".json") or path.exists():
-        return from_hf_config(path)
+        return from_hf_config(path, release=release)
     if _is_hub_id(model):
         cached = cached_config(model)
         if cached is not None:
-            return from_hf_config(cached, name=model)
+            return from_hf_config(cached, name=model, release=release)
         preset = _preset(model.rsplit("/", 1)[1])
         if preset is not None:
             return preset
@@ -311,7 +313,9 @@ def with_quantization(model: Model, quantization: str | None) -> Model:
             + (f", or a preset made from one ({', '.join(built)})" if built else "")
         )
     # (errors name the model as given, a preset's name rather than its config's address)
-    rebuilt = _from_dict(json.loads(model.config_json), model.name, model.name, model.source, quantization)
+    rebuilt = _from_dict(
+        json.loads(model.config_json), model.name, model.name, model.source, quantization, model.release
+    )
     return dataclasses.replace(
         rebuilt,
         layers=model.layers,

@@ -17,11 +17,11 @@ or `kv_cache_quant_algo: FP8`; compressed-tensors' 8-bit float `kv_cache_scheme`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.breakdown import GROUPS, Breakdown
+from kvsim.model.quant_ct import CT_ACTIVATION_FORMATS, CtArgs, int_with_inputs, wna8o8
 from kvsim.model.quant_format import (
     LINEAR_GROUPS,
     NONE,
@@ -33,6 +33,7 @@ from kvsim.model.quant_format import (
 )
 from kvsim.model.quant_modelopt import modelopt
 from kvsim.model.quant_transform import ct_transforms
+from kvsim.model.releases import LATEST
 
 # vLLM's `--quantization` values kvsim models: `fp8` quantizes an unquantized checkpoint at load time
 # (per tensor); the others name a quantized checkpoint's own method (vLLM's aliases included).
@@ -249,7 +250,7 @@ def _ct_format(weights: dict[str, Any], fmt_name: str, where: str) -> Format:
     )
 
 
-def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
+def _compressed_tensors(qc: dict[str, Any], where: str, release: str = LATEST) -> Quantization:
     kv_scheme = qc.get("kv_cache_scheme")
     if kv_scheme is not None and not (
         isinstance(kv_scheme, dict) and kv_scheme.get("num_bits") == 8 and kv_scheme.get("type") == "float"
@@ -282,12 +283,14 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
         raise InvalidArgumentError(f"{where}: compressed-tensors config group has no weights scheme")
     fmt_name = _ct_format_name(scheme, qc)
     fmt = _ct_format(weights, fmt_name, where)
-    fmt = _ct_wna8o8(scheme, fmt_name, fmt, where) or fmt
+    fmt = wna8o8(scheme, fmt_name, fmt, where, release) or int_with_inputs(
+        scheme, fmt_name, fmt, where, release
+    )
     # vLLM 0.33.0's config reader (`_quantization_scheme_map_from_config`, compressed_tensors.py:360-369)
     # asserts float weights where the group's format quantizes activations and the group gives no
     # input_activations (W8A16 fp8 is the one such scheme it takes), for every model.
-    w_type = _CtArgs.of(weights).type
-    if fmt_name in _CT_ACTIVATION_FORMATS and not scheme.get("input_activations") and w_type != "float":
+    w_type = CtArgs.of(weights).type
+    if fmt_name in CT_ACTIVATION_FORMATS and not scheme.get("input_activations") and w_type != "float":
         raise InvalidArgumentError(
             f"{where}: compressed-tensors {w_type!r} weights without input_activations in format {fmt_name!r}: "
             "vLLM 0.33.0 and 0.34.0 assert float weights there (`assert ...weights.type == QuantizationType.FLOAT` in "
@@ -299,48 +302,6 @@ def _compressed_tensors(qc: dict[str, Any], where: str) -> Quantization:
         {g: fmt for g in LINEAR_GROUPS},
         tuple(ignored),
     )
-
-
-def _ct_wna8o8(scheme: dict[str, Any], fmt_name: str, fmt: Format, where: str) -> Format | None:
-    """The format of a config group vLLM builds as `CompressedTensorsWNA8O8Int` (`_is_wNa8o8_int`,
-    compressed_tensors.py, tried before WNA16; `schemes/compressed_tensors_wNa8o8.py`), else None: static
-    int weights per channel or group in format `pack-quantized` or `int-quantized`, with static per-tensor
-    int8 `input_activations` and `output_activations`, run as a weight-only matmul between fake-quantized
-    activations (the 16-bit rate). It registers a 16-bit scale per group (or row) and no zero point. An
-    `int-quantized` checkpoint stores each value in an int8, which vLLM 0.34.0 packs into that loaded
-    storage and keeps (`replace_parameter` never shrinks it), so each value holds a byte whatever its
-    bits (`Format.held_bits`); vLLM 0.33.0 registered a new packed parameter and freed the int8 one. kvsim
-    prices 0.34.0's bytes under every preset (its weights reader has no release: DESIGN.md §Presets).
-
-    Raises:
-        InvalidArgumentError: asymmetric weights, for which the scheme has no zero point.
-    """
-    inputs, outputs = scheme.get("input_activations"), scheme.get("output_activations")
-    if fmt.kind not in ("int", "fp8") or not isinstance(inputs, dict) or not isinstance(outputs, dict):
-        return None
-    w, a, o = _CtArgs.of(scheme["weights"]), _CtArgs.of(inputs), _CtArgs.of(outputs)
-
-    def static_int8(x: _CtArgs) -> bool:
-        return x.type == "int" and x.strategy == "tensor" and x.bits == 8 and not x.dynamic
-
-    if not (
-        fmt_name in ("pack-quantized", "int-quantized")
-        and w.type == "int"
-        and not w.dynamic
-        and w.strategy in ("channel", "group")
-        and static_int8(a)
-        and static_int8(o)
-    ):
-        return None
-    if w.symmetric is not True:
-        raise InvalidArgumentError(
-            f"{where}: compressed-tensors asymmetric {w.describe()} weights with static int8 input and output "
-            "activations: vLLM 0.33.0's and 0.34.0's CompressedTensorsWNA8O8Int registers no zero point for "
-            "them (compressed_tensors_wNa8o8.py): not modelled by kvsim"
-        )
-    held = 8 if fmt_name == "int-quantized" and w.bits < 8 else 0
-    group = fmt.group if fmt.kind == "int" else -1
-    return Format("int", w.bits, w.strategy, group=group, held_bits=held)
 
 
 def ct_scheme(qc: Any) -> dict[str, Any]:
@@ -358,46 +319,6 @@ def _ct_format_name(scheme: dict[str, Any], qc: dict[str, Any]) -> str:
     return str(own if own is not None else qc.get("format") or "")
 
 
-# compressed-tensors' formats that carry activation quantization (`is_activation_quantization_format`,
-# vLLM 0.33.0's `compressed_tensors/utils.py`).
-_CT_ACTIVATION_FORMATS = ("naive-quantized", "int-quantized", "float-quantized", "nvfp4-pack-quantized")
-
-
-@dataclass(frozen=True)
-class _CtArgs:
-    """A compressed-tensors `QuantizationArgs` as it validates one (its defaults: 8 bits, int, symmetric,
-    static; a missing strategy from `group_size`: none tensor, > 0 group, -1 channel)."""
-
-    bits: Any
-    type: Any
-    symmetric: Any
-    strategy: Any
-    dynamic: Any
-    group: Any
-
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> _CtArgs:
-        def lower(v: Any) -> Any:
-            return v.lower() if isinstance(v, str) else v
-
-        group = d.get("group_size")
-        strategy = lower(d.get("strategy"))
-        if strategy is None:
-            strategy = "tensor" if group is None else "channel" if group == -1 else "group"
-        return cls(
-            d.get("num_bits", 8),
-            lower(d.get("type", "int")),
-            d.get("symmetric", True),
-            strategy,
-            d.get("dynamic", False),
-            group,
-        )
-
-    def describe(self) -> str:
-        how = "" if self.dynamic is False else "dynamic " if self.dynamic is True else f"{self.dynamic} "
-        return f"{how}{self.type}{self.bits} per-{self.strategy}"
-
-
 def _ct_moe_refusal(scheme: dict[str, Any], fmt_name: str) -> str | None:
     """vLLM 0.33.0's refusal of one compressed-tensors config group on a fused-MoE layer, else None: the
     order `CompressedTensorsMoEMethod.get_moe_method` (`compressed_tensors_moe.py:66-201`) tries its MoE
@@ -408,10 +329,10 @@ def _ct_moe_refusal(scheme: dict[str, Any], fmt_name: str) -> str | None:
     weights, inputs = scheme.get("weights"), scheme.get("input_activations")
     if not isinstance(weights, dict) or (inputs and not isinstance(inputs, dict)):
         return None
-    w = _CtArgs.of(weights)
+    w = CtArgs.of(weights)
     # (vLLM keeps the input scheme only when it is given: `_quantization_scheme_map_from_config`)
-    a = _CtArgs.of(inputs) if inputs else None
-    if a is None and w.type != "float" and fmt_name in _CT_ACTIVATION_FORMATS:
+    a = CtArgs.of(inputs) if inputs else None
+    if a is None and w.type != "float" and fmt_name in CT_ACTIVATION_FORMATS:
         return None  # (vLLM asserts float weights here, for every model: refused in `_compressed_tensors`)
     if w.type == "float" and w.symmetric and w.group == 32 and w.strategy == "group" and w.bits in (4, 8):
         return None  # MXFP4 (W4A4, W4A8) and MXFP8 methods (MXFP8 also wants uint8 scales: not read)
@@ -486,9 +407,9 @@ def check_moe_scheme(q: Quantization, b: Breakdown, qc: Any, where: str) -> None
     vllm = _ct_moe_refusal(scheme, fmt_name)
     if vllm is None:
         return
-    w = _CtArgs.of(scheme["weights"])
+    w = CtArgs.of(scheme["weights"])
     inputs = scheme.get("input_activations")
-    ins = f"{_CtArgs.of(inputs).describe()} input_activations" if inputs else "no input_activations"
+    ins = f"{CtArgs.of(inputs).describe()} input_activations" if inputs else "no input_activations"
     raise InvalidArgumentError(
         f"{where}: compressed-tensors {w.describe()} weights with {ins} (format {fmt_name!r}) on the routed "
         f"experts: vLLM 0.33.0 and 0.34.0 have no fused-MoE method on a GPU for that scheme (CompressedTensorsMoEMethod."
@@ -506,14 +427,16 @@ _PARSERS = {
 }
 
 
-def from_config(qc: Any, where: str, b: Breakdown | None = None) -> Quantization:
+def from_config(qc: Any, where: str, b: Breakdown | None = None, release: str = LATEST) -> Quantization:
     """The `Quantization` a checkpoint's `quantization_config` describes (`where` names the file in errors),
     on the model of breakdown `b` where given (`Quantization.for_model`: its ignore list read module by
     module, layer by layer); without `b`, every group the method quantizes is kept in `formats` (the ignore
     list still prices each matrix: `Quantization.weight_bytes`; a ModelOpt MIXED_PRECISION one has no
     group formats until read on a model, its `modules` pricing each matrix). A ModelOpt config without `quant_method` (an
     `hf_quant_config.json`, whose `producer` is modelopt) takes vLLM's from its `quant_algo`
-    (`ModelArchConfigConvertor._normalize_quantization_config`).
+    (`ModelArchConfigConvertor._normalize_quantization_config`). `release` is the vLLM release whose reading
+    is followed where releases differ (`kvsim.model.releases`: ModelOpt's `weight_scale_encoding`,
+    compressed-tensors' int8-stored 4-bit values, `kvsim.model.quant_ct`).
 
     Raises:
         InvalidArgumentError: a method or a field kvsim does not model, named.
@@ -555,7 +478,12 @@ def from_config(qc: Any, where: str, b: Breakdown | None = None) -> Quantization
         raise InvalidArgumentError(
             f"{where}: quant_method {method!r} is not modelled by kvsim; known: {', '.join(sorted(_PARSERS))}"
         )
-    q = parser(qc, where)
+    if parser is modelopt:  # (the two readers whose reading depends on the release)
+        q = modelopt(qc, where, release)
+    elif parser is _compressed_tensors:
+        q = _compressed_tensors(qc, where, release)
+    else:
+        q = parser(qc, where)
     return q.for_model(b) if b is not None else q
 
 

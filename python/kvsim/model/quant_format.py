@@ -15,7 +15,7 @@ values plus the scales and zero points vLLM 0.33.0 allocates beside them
 | `int` (AWQ) | b bits | fp16 scale and b-bit zero point per group of inputs | `auto_awq.py` (`qweight`, `scales`, `qzeros`) |
 | `int` (GPTQ) | b bits | fp16 scale and b-bit zero point per group (no `g_idx`: 0.33.0 refuses act-order) | `auto_gptq.py` |
 | `int` (compressed-tensors) | b bits | a scale per group (or channel), zero points when asymmetric | `compressed_tensors_wNa16.py`, `..._w8a8_int8.py` |
-| `int` (compressed-tensors W4A8O8, `int-quantized`) | 1 byte (`held_bits`: vLLM 0.34.0 packs the int8-stored 4-bit values into the loaded storage, which it keeps) | a 16-bit scale per group (or channel) | `compressed_tensors_wNa8o8.py` |
+| `int` (compressed-tensors W4A8O8, `int-quantized`; W4A8Int) | 1 byte under vLLM 0.34.0 (`held_bits`: it packs the int8-loaded 4-bit values into the loaded storage, which it keeps; 0.33.0 freed it: b bits) | a 16-bit scale per group (or channel) | `compressed_tensors_wNa8o8.py`, `compressed_tensors_w4a8_int.py` |
 
 A `Quantization` gives each module group one format (`formats`), a module the ignore list names in a layer
 staying in the checkpoint's dtype there (`is_ignored`), or, for ModelOpt's MIXED_PRECISION, each module in
@@ -54,7 +54,7 @@ class Format:
     a16: bool = False
     # int: the bits the GPU keeps per value where vLLM packs `bits`-bit values into a wider loaded storage
     # that it does not free (0: `bits`): vLLM 0.34.0's compressed-tensors W4A8O8 from `int-quantized`
-    # int8 values (`kvsim.model.quant._ct_wna8o8`)
+    # int8 values and W4A8Int (`kvsim.model.quant_ct`)
     held_bits: int = 0
 
     def matrix_bytes(self, m: Matrix) -> int:

@@ -20,6 +20,7 @@ from kvsim.model.quant_format import (
     int_field,
     spellings,
 )
+from kvsim.model.releases import LATEST, at_least, said
 
 # vLLM 0.33.0's fused modules (the models' `packed_modules_mapping`: Llama's and Qwen's `qkv_proj`,
 # `gate_up_proj`; Qwen3.5's gated delta net `in_proj_qkvz`, `in_proj_ba`, `qwen3_5.py`; DeepSeek's MLA
@@ -69,26 +70,30 @@ def kv_algo(qc: dict[str, Any], inner: dict[str, Any], where: str) -> str:
 CSF_SCALE_ENCODINGS = ("csf", "csf_32x2_v1")
 
 
-def scale_encoding_refusal(encoding: Any, where: str, field_name: str, algo: str) -> str:
-    """kvsim's refusal of a ModelOpt `weight_scale_encoding` (`field_name`, on an `algo` config or layer),
-    a field vLLM 0.34.0 reads and 0.33.0 does not. 0.34.0 (`ModelOptNvFp4Config`; per layer in
-    `ModelOptMixedPrecisionConfig.__init__`, for NVFP4 and W4A16_NVFP4 only) takes the CSF encodings: the
-    checkpoint stores each E4M3 block-scale matrix as several compressed streams, which the weights
-    mapper (`csf_weights_transform`) decodes on the CPU into the exact scales of an uncompressed
-    checkpoint, so the GPU holds what it holds for uncompressed NVFP4; it refuses any other value. 0.33.0
-    reads no such field and decodes no streams. The weights' reader does not know which
-    release a run follows (DESIGN.md §Presets), so it refuses the field rather than size either."""
-    said = f"{where}: modelopt {field_name} {encoding!r}"
+def scale_encoding_refusal(
+    encoding: Any, where: str, field_name: str, algo: str, release: str = LATEST
+) -> str | None:
+    """kvsim's refusal of a ModelOpt `weight_scale_encoding` (`field_name`, on an `algo` config or layer) under
+    vLLM `release`, or None where that release loads the checkpoint. The field is new in vLLM 0.34.0, which
+    (`ModelOptNvFp4Config`; per layer in `ModelOptMixedPrecisionConfig.__init__`, for NVFP4 and W4A16_NVFP4
+    only) takes the CSF encodings: the checkpoint stores each E4M3 block-scale matrix as several compressed
+    streams, which the weights mapper (`csf_weights_transform`, nvfp4_utils.py) decodes on the CPU into the
+    exact scales of an uncompressed checkpoint, so the GPU holds what it holds for uncompressed NVFP4 (None:
+    sized as that); it refuses any other value. A release before 0.34.0 reads no such field and decodes no
+    streams (the checkpoint's scales are not the tensors its NVFP4 layers load): refused."""
+    text = f"{where}: modelopt {field_name} {encoding!r}"
     if encoding not in CSF_SCALE_ENCODINGS or algo not in _NVFP4_FAMILY:
         return (
-            f"{said}: vLLM 0.34.0 refuses it (it takes {' or '.join(map(repr, CSF_SCALE_ENCODINGS))} on NVFP4 "
-            f'weights only: "unsupported weight_scale_encoding"), and vLLM 0.33.0 does not read the field'
+            f"{text}: vLLM 0.34.0 refuses it (it takes {' or '.join(map(repr, CSF_SCALE_ENCODINGS))} on NVFP4 "
+            f'weights only: "unsupported weight_scale_encoding"), and releases before it do not read the field'
         )
+    if at_least(release, "0.34.0"):
+        return None
     return (
-        f"{said} (CSF-compressed NVFP4 block scales): vLLM 0.34.0 decodes them at load into the scales an "
-        "uncompressed checkpoint holds (csf_weights_transform, nvfp4_utils.py); vLLM 0.33.0 reads no such "
-        "field and decodes no streams. Not modelled: kvsim's weights reader does not know which release a run "
-        "follows, so it sizes neither"
+        f"{text} (CSF-compressed NVFP4 block scales): {said(release)} reads no such field and decodes no "
+        "streams, so its NVFP4 layers do not find the scales they load (vLLM 0.34.0 decodes them at load into "
+        "the scales an uncompressed checkpoint holds: csf_weights_transform, nvfp4_utils.py): use a preset of "
+        "0.34.0 or later, or an uncompressed checkpoint"
     )
 
 
@@ -106,9 +111,10 @@ def weight_only_nvfp4(qc: dict[str, Any]) -> bool:
     )
 
 
-def modelopt(qc: dict[str, Any], where: str) -> Quantization:
+def modelopt(qc: dict[str, Any], where: str, release: str = LATEST) -> Quantization:
     """A ModelOpt `quantization_config` (config.json's, flat) or `hf_quant_config.json` (nested in
-    `quantization`), its fields read where vLLM's `ModelOptQuantConfigBase.from_config` reads them."""
+    `quantization`), its fields read where vLLM's `ModelOptQuantConfigBase.from_config` reads them, as vLLM
+    `release` loads it (`weight_scale_encoding`: `scale_encoding_refusal`)."""
     algo = qc.get("quant_algo")
     if isinstance(qc.get("quantization"), dict):  # hf_quant_config.json's nesting
         algo = algo or qc["quantization"].get("quant_algo")
@@ -132,23 +138,27 @@ def modelopt(qc: dict[str, Any], where: str) -> Quantization:
         encoding = qc.get("weight_scale_encoding")
         if encoding is None:  # (vLLM reads the nested one only where the top one is absent or null)
             encoding = inner.get("weight_scale_encoding")
-        if encoding is not None:
-            raise InvalidArgumentError(
-                scale_encoding_refusal(encoding, where, "weight_scale_encoding", "NVFP4")
-            )
+        refused = (
+            None
+            if encoding is None
+            else scale_encoding_refusal(encoding, where, "weight_scale_encoding", "NVFP4", release)
+        )
+        if refused:
+            raise InvalidArgumentError(refused)
         group = int_field(qc if "group_size" in qc else inner, where, "group_size", default=16)
         if group != 16:
             raise InvalidArgumentError(f"{where}: NVFP4 group_size {group}: vLLM's NVFP4 takes groups of 16")
         fmt = Format("nvfp4", 4, a16=weight_only_nvfp4(qc))
         return Quantization("modelopt_fp4", {g: fmt for g in LINEAR_GROUPS}, tuple(ignored), kv, kv_nvfp4=kv4)
     if algo == "MIXED_PRECISION":
-        return Quantization("modelopt_mixed", {}, tuple(ignored), kv, _mixed(qc, inner, where), kv_nvfp4=kv4)
+        mixed = _mixed(qc, inner, where, release)
+        return Quantization("modelopt_mixed", {}, tuple(ignored), kv, mixed, kv_nvfp4=kv4)
     raise InvalidArgumentError(
         f"{where}: modelopt quant_algo {algo!r} is not modelled by kvsim (FP8, NVFP4 and MIXED_PRECISION are)"
     )
 
 
-def _mixed(qc: dict[str, Any], inner: dict[str, Any], where: str) -> MixedPrecision:
+def _mixed(qc: dict[str, Any], inner: dict[str, Any], where: str, release: str) -> MixedPrecision:
     """The `quantized_layers` map of a MIXED_PRECISION config, as `ModelOptMixedPrecisionConfig._from_config`
     and `__init__` read it: inside `quantization` where the config nests it, else at its top; each entry's
     `quant_algo` upper-cased; the NVFP4 group size the config's own `group_size`, else the first NVFP4 or
@@ -173,15 +183,15 @@ def _mixed(qc: dict[str, Any], inner: dict[str, Any], where: str) -> MixedPrecis
                 "least 1"
             )
         algos[str(key)] = info["quant_algo"].upper()
-        if info.get("weight_scale_encoding") is not None:
-            raise InvalidArgumentError(
-                scale_encoding_refusal(
-                    info["weight_scale_encoding"],
-                    where,
-                    f"quantized_layers[{key!r}].weight_scale_encoding",
-                    algos[str(key)],
-                )
-            )
+        encoding = info.get("weight_scale_encoding")
+        field_name = f"quantized_layers[{key!r}].weight_scale_encoding"
+        refused = (
+            None
+            if encoding is None
+            else scale_encoding_refusal(encoding, where, field_name, algos[str(key)], release)
+        )
+        if refused:
+            raise InvalidArgumentError(refused)
     group = inner.get("group_size")
     if group is None:
         group = next(

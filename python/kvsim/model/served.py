@@ -46,11 +46,17 @@ SUFFIXES = (
 )
 
 
-# model_types kvsim reads as the config vLLM 0.34.0 serves them under: MiniMax-M3's text config (`minimax_m3`,
-# `MiniMaxM3ForCausalLM`, tests/data/hf/minimax-m3.json; its other spellings) as the `text_config` of the
-# `minimax_m3_vl` wrapper that vLLM registers (`MiniMaxM3SparseForConditionalGeneration`;
-# `kvsim.model.dsa.minimax_m3_schema`).
-READ_AS_ANOTHER = MINIMAX_M3_TYPES
+# How vLLM 0.34.0 serves MiniMax-M3 (`MINIMAX_M3_TYPES`), said where a MiniMax-M3 config is refused: its
+# registry has `MiniMaxM3SparseForConditionalGeneration` (the `minimax_m3_vl` wrapper, vLLM's config class
+# `MiniMaxM3VLConfig`, the text model in `text_config`) and `MiniMaxM3SparseForCausalLM` (the text model under
+# transformers' `minimax_m3_vl_text`); not the text config MiniMaxAI publishes (`minimax_m3`,
+# `MiniMaxM3ForCausalLM`, tests/data/hf/minimax-m3.json), a model_type neither transformers 5.22.2 nor vLLM
+# reads and an architecture its registry does not list.
+MINIMAX_M3_SERVED = (
+    "vLLM 0.34.0 serves MiniMax-M3 as model_type 'minimax_m3_vl' with architectures "
+    "['MiniMaxM3SparseForConditionalGeneration'] and this config as its text_config (NVIDIA's MiniMax-M3 "
+    "releases), or as model_type 'minimax_m3_vl_text' with ['MiniMaxM3SparseForCausalLM']"
+)
 
 
 @cache
@@ -84,7 +90,7 @@ def unserved(cfg: dict[str, Any]) -> str | None:
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
         return None
-    if any(in_registry(a) for a in archs) or cfg.get("model_type") in READ_AS_ANOTHER:
+    if any(in_registry(a) for a in archs):
         return None
     auto_map = cfg.get("auto_map")
     if isinstance(auto_map, dict) and any(str(k).startswith("AutoModel") for k in auto_map):
@@ -103,11 +109,15 @@ def unserved(cfg: dict[str, Any]) -> str | None:
         )
     else:
         why = f"and transformers 5.22.2 has no class {archs[0]} for vLLM's Transformers backend"
+    hint = (
+        MINIMAX_M3_SERVED
+        if isinstance(kind, str) and kind.lower() in MINIMAX_M3_TYPES
+        else "use an architecture vLLM lists, e.g. LlamaForCausalLM with model_type 'llama' for a Llama-like model"
+    )
     return (
         f"{said}: vLLM 0.34.0 does not serve them: its model registry has none of them "
         f'(vllm/model_executor/models/registry.py), {why}; vllm serve stops with "Model architectures '
-        f'{archs} are not supported for now" (kvsim sizes models as vLLM serves them: use an architecture vLLM '
-        "lists, e.g. LlamaForCausalLM with model_type 'llama' for a Llama-like model)"
+        f'{archs} are not supported for now" (kvsim sizes models as vLLM serves them: {hint})'
     )
 
 

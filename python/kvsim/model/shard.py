@@ -412,7 +412,7 @@ def _quantization(m: Model) -> quant.Quantization:
 
     kept = m.config_fields
     where = f"model {m.name!r}"
-    q = quant.from_config(kept.get("quantization_config"), where)
+    q = quant.from_config(kept.get("quantization_config"), where, release=m.release)
     if kept.get("model_type") == "deepseek_v4" and q.method == "fp8":
         q = quant.deepseek_v4(q, kept, where)
     if not q.method and m.quant_method == "fp8":

@@ -433,7 +433,9 @@ def roofline_time_model(
             # scores every key, reading its bf16 index key, 2 FLOPs a value of each of the GPU's index heads
             # (split as the KV heads are).
             if not m3_topk:
-                m3_topk = minimax_m3_sparse(model.config_fields, model.num_layers, model.name).topk_tokens
+                m3_topk = minimax_m3_sparse(
+                    model.config_fields, model.num_layers, model.name, model.release
+                ).topk_tokens
             kvh = max(1, (lay.num_kv_heads or model.num_kv_heads) // tp)
             width = lay.kv_width(model.head_dim)
             idx_heads = max(1, lay.index_heads // tp)

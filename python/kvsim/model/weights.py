@@ -122,7 +122,7 @@ def weight_groups(model: Model, quantization: str | None = None) -> dict[str, We
     b, dtype = model_breakdown(model)
     cfg = model.config_fields if model.config_json else {}
     where = f"model {model.name!r}"
-    checkpoint = quant.from_config(cfg.get("quantization_config"), where, b)
+    checkpoint = quant.from_config(cfg.get("quantization_config"), where, b, model.release)
     if cfg.get("model_type") == "deepseek_v4" and checkpoint.method == "fp8":
         # DeepSeek-V4's fp8 checkpoint as vLLM loads it: its routed experts MXFP4 (`quant.deepseek_v4`, as
         # the model's reader prices them).
