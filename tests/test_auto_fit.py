@@ -101,12 +101,14 @@ def test_auto_refusals_are_named():
 def test_the_older_releases_auto_refusal_is_the_configurations_own(capsys):
     """The older presets' refusal of auto was in `SimConfig.preset` only: `replace(max_model_len=-1)` on a
     vllm-v1 configuration fitted, and plan's --compare ranked an auto candidate under --preset vllm-v1 (labelled
-    `max_model_len=-1`). SimConfig refuses it wherever it comes from, by the free order those presets set."""
+    `max_model_len=-1`). SimConfig refuses it wherever it comes from, by the release those presets record
+    (`vllm_release`); the free order alone, which it keyed on before, no longer refuses it."""
     older = SimConfig.preset("vllm-v1", model="llama-3.1-8b", gpu="h100-80gb")
-    with pytest.raises(InvalidArgumentError, match=r"max_model_len auto \(-1\) with free_order 'classic'"):
+    with pytest.raises(InvalidArgumentError, match=r"max_model_len auto \(-1\) under vLLM 0\.18\.1 \("):
         older.replace(max_model_len=-1)
     with pytest.raises(InvalidArgumentError, match="has not read the older releases'"):
-        SimConfig(max_model_len="auto", free_order="classic", **LLAMA_70B_TP2)
+        SimConfig(max_model_len="auto", vllm_release="0.22.1", **LLAMA_70B_TP2)
+    assert SimConfig(max_model_len="auto", free_order="classic", **LLAMA_70B_TP2).pool.auto_fit is not None
     assert SimConfig(max_model_len="auto", **LLAMA_70B_TP2).pool.auto_fit is not None
     plan = ["plan", "--slo", "ttft_p99:2s", "--max-probes", "2", "--workers", "1", "--requests", "5"]
     model = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--compare", "max_model_len=4096,auto"]

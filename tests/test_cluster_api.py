@@ -128,8 +128,8 @@ def test_sweep_ids_of_one_replica_points_do_not_change():
     from kvsim.model.config import CLUSTER_KNOBS
 
     # (nor the watermark's rule, which a point without a watermark leaves out too, nor data and expert
-    # parallelism at their defaults)
-    later = ("watermark_rule", "data_parallel_size", "enable_expert_parallel")
+    # parallelism at their defaults, nor the release at the defaults')
+    later = ("watermark_rule", "data_parallel_size", "enable_expert_parallel", "vllm_release")
     resolved = {k: v for k, v in pid().sim_config().resolved().items() if k not in (*CLUSTER_KNOBS, *later)}
     identity = {"config": resolved, "workload": "sharegpt", "workload_params": {}, "seed": 0, "requests": 10}
     identity["backend"] = pid().backend

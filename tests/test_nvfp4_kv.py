@@ -172,15 +172,15 @@ def test_an_older_preset_refuses_it_by_name(capsys):
 def test_the_older_releases_refuse_it_however_it_is_reached(tmp_path):
     """The older presets refused only a value typed on the CLI or in a run file: `SimConfig.preset('vllm-v1',
     kv_cache_dtype='nvfp4')` sized NVFP4 pages, and so did auto from a ModelOpt checkpoint whose KV cache is
-    NVFP4. SimConfig refuses the resolved dtype under the free order those presets set."""
+    NVFP4. SimConfig refuses the resolved dtype under the release those presets record (`vllm_release`)."""
     import json
 
     from kvsim.model import models
     from kvsim.model.config import SimConfig
 
     on_b200 = {"model": "llama-3.1-8b", "gpu": "b200"}
-    for preset in ("vllm-v1", "vllm-0.20"):
-        with pytest.raises(InvalidArgumentError, match="kv_cache_dtype 'nvfp4' with free_order 'classic'"):
+    for preset, release in (("vllm-v1", "0.18.1"), ("vllm-0.20", "0.22.1")):
+        with pytest.raises(InvalidArgumentError, match=f"kv_cache_dtype 'nvfp4' under vLLM {release} "):
             SimConfig.preset(preset, kv_cache_dtype="nvfp4", **on_b200)
     with pytest.raises(InvalidArgumentError, match="has not read the older releases'"):
         SimConfig.preset("vllm-v1", **on_b200).replace(kv_cache_dtype="nvfp4_4over6")
@@ -189,7 +189,7 @@ def test_the_older_releases_refuse_it_however_it_is_reached(tmp_path):
     (tmp_path / "m.json").write_text(json.dumps({**json.loads(hf.read_text()), "quantization_config": qc}))
     m = models.from_hf_config(tmp_path / "m.json")
     with pytest.raises(
-        InvalidArgumentError, match=r"'nvfp4' \(auto: the checkpoint's KV cache\) with free_order"
+        InvalidArgumentError, match=r"'nvfp4' \(auto: the checkpoint's KV cache\) under vLLM 0\.18\.1"
     ):
         SimConfig.preset("vllm-v1", model=m, gpu="b200")
     assert SimConfig.preset("vllm-0.33", model=m, gpu="b200").pool.kv_bytes_per_token == 36_864

@@ -69,9 +69,9 @@ def test_defaults_are_vllm_0_34_the_newest_release_and_presets_name_older_ones()
         assert (cfg.free_order, cfg.admission_gate, cfg.waiting_over_budget) == (free_order, gate, over), name
         if name not in ("vllm-latest", "vllm-0.34"):
             assert {k: getattr(cfg, k) for k in before} == before, name
-    # 0.33.0 differs from the defaults in those six knobs alone (and what they derive)
+    # 0.33.0 differs from the defaults in those six knobs alone (and what they derive), and the release it records
     old = SimConfig.preset("vllm-0.33", **sized)
-    assert old == SimConfig(**sized, **before)
+    assert old == SimConfig(**sized, **before, vllm_release="0.33.0")
     assert {k: getattr(old, k) for k in knobs[:6]} == {k: getattr(default, k) for k in knobs[:6]}
     # Each preset's line in the presets' docstring names its release range.
     doc = presets.__doc__ or ""
@@ -102,8 +102,10 @@ def test_the_0_33_preset_is_the_latest_rules_without_0_34s_six_changes():
     for sized in ({"num_blocks": 64}, {"model": "llama-3.1-8b", "gpu": "h100-80gb"}):
         latest = SimConfig.preset("vllm-latest", **sized)
         old = SimConfig.preset("vllm-0.33", **sized)
-        assert old == SimConfig(**sized, **changed)
-        differ = {f.name for f in fields if getattr(old, f.name) != getattr(latest, f.name)}
+        assert old == SimConfig(**sized, **changed, vllm_release="0.33.0")
+        differ = {f.name for f in fields if getattr(old, f.name) != getattr(latest, f.name)} - {
+            "vllm_release"
+        }
         # (and what the block's size derives: the pool, a block's time on the host link; and the unset share,
         # 1.0 where measured sizing is on; with num_blocks given the sizing is profiled either way)
         derived = {"block_size", "num_blocks", "swap_ps_per_block", "kv_offloading_ps_per_block"}

@@ -140,6 +140,10 @@ class Point:
         for k in ("data_parallel_size", "enable_expert_parallel"):
             if resolved.get(k) == KNOBS[k].default:
                 resolved.pop(k, None)
+        # The release only when it is not the defaults' (0.34.0), so a point keeps the id it had before
+        # configurations recorded one (a sweep takes no preset: every earlier point was 0.34.0's).
+        if resolved.get("vllm_release") == KNOBS["vllm_release"].default:
+            resolved.pop("vllm_release", None)
         # The watermark's rule only with a watermark (without one both rules run alike), so a point
         # without one keeps the id it had before the rule existed.
         if not resolved.get("watermark"):

@@ -16,14 +16,15 @@ For a model without MLA every backend on both platforms' lists takes multiples o
 A model with MLA is served at any size: both lists hold TRITON_MLA (`vllm/v1/attention/backends/mla/
 triton_mla.py`), which keeps the base class's `MultipleOf(1)`; a sparse-attention model's block is
 `kvsim.model.dsa`'s to refuse. Without a GPU a block size is a free experiment (the paper's block-size study),
-and the presets older than `vllm-0.33` get a note, not a refusal (kvsim has read 0.33.0's and 0.34.0's backends
-only)."""
+and a configuration of a release older than 0.33.0 (`vllm_release`: the presets older than `vllm-0.33`) gets a
+note, not a refusal (kvsim has read 0.33.0's and 0.34.0's backends only)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvsim.model.presets import READ_PRESETS  # (the releases whose backends are read above, and no preset)
+from kvsim.model.presets import named_release
+from kvsim.model.releases import is_read  # (the releases whose backends are read above)
 
 # The kernel block every non-MLA backend of vLLM 0.33.0 and 0.34.0 on CUDA and ROCm divides a block by.
 KERNEL_MULTIPLE = 16
@@ -51,12 +52,12 @@ def _why(size: int) -> str:
     )
 
 
-def backend_block_refusal(config: Any, preset: str | None, where: str) -> str | None:
-    """The refusal of a block size no backend takes (`no_backend_block`) under a preset whose release's backends
-    kvsim read (`READ_PRESETS`), naming `where` it was given (`argument --block-size`, the run file's field,
-    `argument --prefill-config`); None otherwise."""
+def backend_block_refusal(config: Any, where: str) -> str | None:
+    """The refusal of a block size no backend takes (`no_backend_block`) in a configuration of a release whose
+    backends kvsim read (`vllm_release` 0.33.0 or 0.34.0), naming `where` it was given (`argument --block-size`,
+    the run file's field, `argument --prefill-config`); None otherwise."""
     size = no_backend_block(config)
-    if size is None or preset not in READ_PRESETS:
+    if size is None or not is_read(config):
         return None
     return (
         f"{where}: {_why(size)}: give a multiple of 16 (16, 32, 64), or leave out --gpu to run {size} as an "
@@ -65,9 +66,11 @@ def backend_block_refusal(config: Any, preset: str | None, where: str) -> str | 
 
 
 def backend_block_note(config: Any, preset: str | None, who: str = "") -> str | None:
-    """The note for an older preset's block size no backend of vLLM 0.33.0 or 0.34.0 takes (`no_backend_block`):
-    kvsim runs it as asked; `who` names the replicas (`"prefill replicas' "` for `--prefill-config`'s)."""
+    """The note for a block size no backend of vLLM 0.33.0 or 0.34.0 takes (`no_backend_block`) in a
+    configuration of an older release (`--preset`'s, or `--vllm-release`): kvsim runs it as asked; `who` names
+    the replicas (`"prefill replicas' "` for `--prefill-config`'s)."""
     size = no_backend_block(config)
-    if size is None or preset in READ_PRESETS:
+    if size is None or is_read(config):
         return None
-    return f"{who}{_why(size)}; kvsim has not read --preset {preset}'s backends' sizes and runs it as asked"
+    by = named_release(config.vllm_release, preset, flag=True)
+    return f"{who}{_why(size)}; kvsim has not read {by}'s backends' sizes and runs it as asked"

@@ -372,7 +372,8 @@ def add_run_inputs(p: argparse.ArgumentParser) -> None:
         default=None,
         help="start from a vLLM release's rules (SimConfig.preset; DESIGN.md §Presets): vllm-latest "
         "0.34.0 (the defaults; vllm-0.34 the same), vllm-0.33 0.23-0.33, vllm-0.20 0.20-0.22, vllm-0.19 0.19, "
-        "vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 the v0 engine; flags override it (default: none)",
+        "vllm-v1 0.12-0.18, vllm-0.11 0.9.2-0.11, vllm-v0 the v0 engine, each recording its release "
+        "(--vllm-release); flags override it (default: none)",
     )
     _add_knob_flags(groups)
     groups["fleet"].add_argument(

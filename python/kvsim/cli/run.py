@@ -45,10 +45,10 @@ from kvsim.cli.refusals import (
     given_where,
     measured_flag_error,
 )
+from kvsim.cli.release_checks import prefill_release, refuse_kv_dtype, run_release
 from kvsim.errors import InvalidArgumentError, MeasuredSizingError, TimeUnitError, TraceFormatError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
-from kvsim.model.kv_dtype_values import refusal as kv_dtype_refusal
 from kvsim.model.models import transformers_backend_note
 from kvsim.model.units import fmt_count
 from kvsim.workloads.registry import format_value, trace_file_hint
@@ -171,14 +171,6 @@ def _gpu_from_flags(args: argparse.Namespace, cfg: dict[str, Any]) -> None:
         raise FlagError(f"argument {flag}: {text}") from None
 
 
-def _refuse_kv_dtype(where: str, name: str, value: Any, preset: str | None) -> None:
-    """Refuses a `kv_cache_dtype` the preset's vLLM release refuses, or takes but kvsim does not model
-    (`kvsim.model.kv_dtype_values.refusal`), naming `where` it was given."""
-    why = kv_dtype_refusal(value, preset) if name == "kv_cache_dtype" else None
-    if why is not None:
-        raise FlagError(f"{where}: {why}")
-
-
 def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_idle: bool = True) -> Any:
     """The run's SimConfig from its flags and run file, refusing what it would not read; `refuse_idle=False`
     leaves a model's idle knobs and an idle swap space to the caller (`kvsim plan`, whose candidates may
@@ -188,6 +180,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
     import kvsim
 
     cfg: dict[str, Any] = {}
+    release = run_release(args, data)
     for k, v in data.get("config", {}).items():
         if k not in CONFIG_FIELDS:
             import difflib
@@ -195,7 +188,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
             close = difflib.get_close_matches(str(k), CONFIG_FIELDS, n=3, cutoff=0.6)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise InvalidArgumentError(f"run file {args.toml}: unknown SimConfig field {k!r}{hint}")
-        _refuse_kv_dtype(f"run file {args.toml}: [config] kv_cache_dtype", k, v, args.preset)
+        refuse_kv_dtype(f"run file {args.toml}: [config] kv_cache_dtype", k, v, release, args.preset)
         try:
             cfg[k] = toml_value(k, v)  # SimConfig's rule: no "400" for an integer (flags are text)
         except InvalidArgumentError as exc:
@@ -205,7 +198,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
         given = getattr(args, f"cfg_{name}")
         if given is not None:
             flag, text = given
-            _refuse_kv_dtype(f"argument {flag}", name, text, args.preset)
+            refuse_kv_dtype(f"argument {flag}", name, text, release, args.preset)
             cfg[name] = _flag_value(flag, name, text)
             flag_of[name] = flag
     positional = getattr(args, "model_arg", None)
@@ -288,6 +281,7 @@ def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
         return None
     flag = "argument --prefill-config"
     over: dict[str, Any] = {}
+    release = prefill_release(args, cfg, text)
     for part in text.split(","):
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
@@ -302,7 +296,7 @@ def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
             raise FlagError(
                 f"{flag}: {key} is the fleet's, not the prefill replicas' own: give it as --{key.replace('_', '-')}"
             )
-        _refuse_kv_dtype(f"{flag}: kv_cache_dtype", key, value.strip(), args.preset)
+        refuse_kv_dtype(f"{flag}: kv_cache_dtype", key, value.strip(), release, args.preset)
         try:
             over[key] = coerce(key, value)
         except InvalidArgumentError as exc:
@@ -586,9 +580,9 @@ def _refuse_backend_block(args: argparse.Namespace, config: Any, prefill: Any) -
     """Refuses a block size given with a model on a GPU that no attention backend of vLLM 0.33.0 or 0.34.0 takes
     (`kvsim.cli.block_backend`): the replicas' own, then the prefill replicas' (`--prefill-config`) where theirs
     is their own."""
-    why = backend_block_refusal(config, args.preset, given_where(args)("block_size"))
+    why = backend_block_refusal(config, given_where(args)("block_size"))
     if why is None and prefill is not None and prefill.block_size != config.block_size:
-        why = backend_block_refusal(prefill, args.preset, "argument --prefill-config: block_size")
+        why = backend_block_refusal(prefill, "argument --prefill-config: block_size")
     if why is not None:
         raise FlagError(why)
 

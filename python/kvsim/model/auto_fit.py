@@ -9,7 +9,9 @@ over `check_memory`; its binary search is `estimate_max_model_len`'s, `kvsim.mod
 vLLM 0.34.0 with the extensible KV cache on (kvsim's measured sizing) fits it twice: on the reservation,
 tentatively, and again after warmup on the measured blocks less the null block
 (`finalize_extensible_kv_cache`), starting from the first fit. Each fit logs one line, worded here as
-0.34.0 words it.
+0.34.0 words it. A configuration of `vllm_release` 0.33.0 (the preset `vllm-0.33`, which stands for 0.23.0 to
+0.33.0) fits once, by the rule read in 0.33.0's wheel, for the whole range; an older release refuses auto
+(`kvsim.model.presets.older_release_refusal`).
 """
 
 from __future__ import annotations

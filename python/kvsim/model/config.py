@@ -121,6 +121,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     (the default) is linear when a model and a GPU are named, else ticks; `"calibrated"` is the linear
     model with coefficients measured on a GPU, read from `calibration` (a shipped name,
     `kvsim.sizing.calibrations()`, or the path of a calibration JSON).
+
+    Release: `vllm_release` is the vLLM release whose rules the configuration models, one a configuration
+    (0.34.0; a preset sets its own, `kvsim.model.releases`). It sets no other knob; older than 0.33.0,
+    max_model_len auto and an NVFP4 KV cache are refused (`kvsim.model.presets.older_release_refusal`).
     """
 
     num_blocks: int | None = default("num_blocks")
@@ -186,6 +190,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     sparse_mla_shard_q: bool = default("sparse_mla_shard_q")
     activation_reserve_bytes: int | None = default("activation_reserve_bytes")
     calibration: str | None = default("calibration")
+    vllm_release: str = default("vllm_release")
     replicas: int = default("replicas")
     router: str = default("router")
     router_refresh_s: float = default("router_refresh_s")
@@ -208,7 +213,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         object.__setattr__(self, "_given", {name: getattr(self, name) for name in _DERIVED})
         self._resolve_kv_cache_sizing()
         self._resolve_kv_cache_dtype()
-        refused = older_release_refusal(self.free_order, self._given["max_model_len"])  # type: ignore[attr-defined]
+        refused = older_release_refusal(self.vllm_release, self._given["max_model_len"])  # type: ignore[attr-defined]
         if refused is not None:
             raise InvalidArgumentError(refused)
         self._resolve_block_size()
@@ -322,7 +327,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         if kv_dtype in NVFP4_KV:
             from kvsim.model.kv_dtype_values import check_nvfp4
 
-            refused = older_release_refusal(self.free_order, None, kv_dtype, self.kv_cache_dtype == "auto")
+            refused = older_release_refusal(self.vllm_release, None, kv_dtype, self.kv_cache_dtype == "auto")
             if refused is not None:
                 raise InvalidArgumentError(refused)
 

@@ -40,6 +40,7 @@ from kvsim.model.layers import GDN_PREFILL_BACKENDS, MAX_TOKENS
 from kvsim.model.measured import SIZINGS
 from kvsim.model.memory import CAPTURE_GRIDS
 from kvsim.model.quant import QUANTIZATION_CHOICES
+from kvsim.model.releases import LATEST, RELEASES
 
 KNOBS: dict[str, Knob] = {
     "num_blocks": Knob(
@@ -586,6 +587,15 @@ KNOBS: dict[str, Knob] = {
         "of python -m kvsim.gpu.validate (time_model calibrated)",
         optional=True,
         metavar="NAME|PATH",
+    ),
+    "vllm_release": Knob(
+        LATEST,
+        "choice",
+        "the vLLM release whose rules the configuration models, which a preset sets (0.34.0, vllm-latest; "
+        "0.33.0, vllm-0.33: 0.23.0-0.33.0; 0.22.1, vllm-0.20; 0.19.1, vllm-0.19; 0.18.1, vllm-v1; 0.11.2, "
+        "vllm-0.11; v0, vllm-v0). It sets no other knob: older than 0.33.0, max_model_len auto and an NVFP4 "
+        "KV cache are refused (kvsim has not read those releases' rules)",
+        choices=tuple(RELEASES),
     ),
     # The fleet (DESIGN.md §Cluster): `kvsim.simulate_cluster` runs `replicas` copies of this configuration
     # behind a router on one clock; `kvsim.simulate` runs one replica and refuses replicas > 1.

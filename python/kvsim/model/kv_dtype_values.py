@@ -59,21 +59,23 @@ SPELLED = {
 }
 
 
-def refusal(value: object, preset: str | None) -> str | None:
-    """Why kvsim refuses `--kv-cache-dtype value` under `preset`, or None: under the presets whose release's
-    list is read (`kvsim.model.presets.READ_PRESETS`), a value vLLM 0.33.0 and 0.34.0 refuse (kvsim's `fp16`, `bf16`, `fp32`), and
-    one they take that kvsim does not model (`fp8_inc`, ...). (Older presets keep kvsim's list: their releases'
-    lists are not read here, so NVFP4, read in 0.33.0's and 0.34.0's sources, is refused under them.)"""
-    from kvsim.model.presets import READ_PRESETS  # (here: presets' knobs import this module's lists)
+def refusal(value: object, release: str, preset: str | None) -> str | None:
+    """Why kvsim refuses `--kv-cache-dtype value` under vLLM `release` (a `vllm_release`, the one `preset` sets
+    or one given over it), or None: under the releases whose list is read
+    (`kvsim.model.releases.is_read`: 0.33.0, 0.34.0), a value they refuse (kvsim's `fp16`, `bf16`, `fp32`), and
+    one they take that kvsim does not model (`fp8_inc`, ...). (Older releases keep kvsim's list: their lists are
+    not read here, so NVFP4, read in 0.33.0's and 0.34.0's sources, is refused under them.)"""
+    from kvsim.model.presets import named_release, release_words  # (here: presets import this module's lists)
+    from kvsim.model.releases import RELEASES, is_read
 
-    if not isinstance(value, str):
+    if not isinstance(value, str) or release not in RELEASES:  # (a bad release: the knob refuses it by name)
         return None
-    if preset not in READ_PRESETS:
+    if not is_read(release):
         if value in NVFP4_KV:
             return (
-                f"kv_cache_dtype {value!r} under preset {preset}: kvsim models the NVFP4 KV cache as vLLM 0.33.0 "
+                f"kv_cache_dtype {value!r} under {named_release(release, preset)}: kvsim models the NVFP4 KV cache as vLLM 0.33.0 "
                 "and 0.34.0 lay it out (the presets vllm-0.33, vllm-0.34, vllm-latest); the older releases' are "
-                "not read"
+                f"not read, and this is {release_words(release)}"
             )
         return None
     if value not in VLLM_KV_CACHE_DTYPES:

@@ -1,6 +1,7 @@
 """The presets: the knobs of a range of vLLM releases, read from each release's `vllm/v1/core` (DESIGN.md
 §Presets), which `SimConfig.preset(name, **overrides)` starts from; `SimConfig()` without a preset is
-`vllm-latest`.
+`vllm-latest`. Each sets `vllm_release`, the release the configuration records (`kvsim.model.releases`: the
+newest of its range, `v0` for `vllm-v0`), which the rules that differ by release read.
 
 - `vllm-latest`: vLLM 0.34.0 (the defaults; `vllm-0.34` is the same preset, by its release's name):
   `vllm-0.33`'s rules with 0.34.0's six changes (DESIGN.md §Presets): a default block of 64
@@ -42,6 +43,7 @@ from typing import Any
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.dtypes import NVFP4_KV
 from kvsim.model.knobs import V0_SWAP_SPACE_BYTES, convert
+from kvsim.model.releases import LATEST, READ_FROM, RELEASES, is_read, release_of
 
 # What vLLM 0.34.0 changed (DESIGN.md §Presets, "vLLM 0.34.0"), as every earlier release had it.
 BEFORE_034: dict[str, Any] = {
@@ -64,6 +66,7 @@ _CLASSIC: dict[str, Any] = {
     "cudagraph_memory_bytes": 0,
 }
 _LATEST: dict[str, Any] = {
+    "vllm_release": "0.34.0",
     "policy": "vllm",
     "free_order": "lifo_unhashed",
     "admission_gate": "full-prompt",
@@ -74,19 +77,26 @@ PRESETS: dict[str, dict[str, Any]] = {
     # (0.34.0's six changes are the knobs' defaults: the preset names none of them)
     "vllm-latest": _LATEST,
     "vllm-0.34": _LATEST,
-    "vllm-0.33": {**_LATEST, **BEFORE_034},
+    "vllm-0.33": {**_LATEST, **BEFORE_034, "vllm_release": "0.33.0"},
     "vllm-0.20": {
         **_CLASSIC,
+        "vllm_release": "0.22.1",
         "admission_gate": "full-prompt",
         "waiting_over_budget": "stop",
         "gpu_memory_utilization": 0.92,
         "cudagraph_memory_bytes": None,
     },
-    "vllm-0.19": {**_CLASSIC, "admission_gate": "full-prompt", "waiting_over_budget": "stop"},
-    "vllm-v1": {**_CLASSIC, "waiting_over_budget": "stop"},
-    "vllm-0.11": {**_CLASSIC, "waiting_over_budget": "skip"},
+    "vllm-0.19": {
+        **_CLASSIC,
+        "vllm_release": "0.19.1",
+        "admission_gate": "full-prompt",
+        "waiting_over_budget": "stop",
+    },
+    "vllm-v1": {**_CLASSIC, "vllm_release": "0.18.1", "waiting_over_budget": "stop"},
+    "vllm-0.11": {**_CLASSIC, "vllm_release": "0.11.2", "waiting_over_budget": "skip"},
     "vllm-v0": {
         **_CLASSIC,
+        "vllm_release": "v0",
         "pool_null_block": "extra",  # (v0 had no null block: its floor(...) blocks all usable)
         "waiting_over_budget": "stop",
         "watermark": 0.01,
@@ -99,37 +109,57 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-# The presets named after the releases whose sources kvsim read for the KV cache dtypes' list and the
-# backends' block sizes (0.33.0, 0.34.0), and the defaults' (None: no preset, `vllm-latest`).
-READ_PRESETS = (None, "vllm-latest", "vllm-0.34", "vllm-0.33")
-# The free order every preset older than vllm-0.33 sets (vLLM before 0.23.0, `free_order`'s classic): a
-# configuration with it models a release whose auto-fit and NVFP4 KV cache kvsim has not read, so
-# SimConfig refuses max_model_len auto and an NVFP4 KV dtype (given, or auto's from a checkpoint) under it
-# wherever the configuration comes from (a preset, `replace`, plan's --compare, a sweep's grid;
-# `older_release_refusal`).
-OLDER_FREE_ORDER = "classic"
+
+def presets_of(release: str) -> str:
+    """The presets that set `release` (`vllm-v1`; `vllm-latest`, `vllm-0.34`), in words."""
+    return ", ".join(name for name, knobs in PRESETS.items() if knobs["vllm_release"] == release)
+
+
+def release_words(release: str) -> str:
+    """A release as messages name it: `vLLM 0.18.1 (vllm_release '0.18.1': preset vllm-v1, vLLM 0.12.0 to
+    0.18.1)`."""
+    vllm = "vLLM's v0 engine" if release == "v0" else f"vLLM {release}"
+    span = "" if RELEASES[release] == vllm else f", {RELEASES[release]}"
+    presets = presets_of(release)
+    return f"{vllm} (vllm_release {release!r}: preset{'s' if ',' in presets else ''} {presets}{span})"
+
+
+def release_under(preset: str | None, given: Any = None) -> Any:
+    """The release a configuration records: `given` (a `vllm_release` over the preset), else the preset's,
+    else the defaults' (`kvsim.model.releases.LATEST`)."""
+    if given is not None:
+        return given
+    return PRESETS[preset]["vllm_release"] if preset is not None else LATEST
+
+
+def named_release(release: str, preset: str | None, flag: bool = False) -> str:
+    """What set `release`, for a message: the preset when it is the preset's (`preset vllm-v1`; `flag`:
+    `--preset vllm-v1`), else the knob, given over the preset or without one (`vllm_release '0.22.1'`)."""
+    if preset is not None and PRESETS[preset]["vllm_release"] == release:
+        return f"{'--' if flag else ''}preset {preset}"
+    return f"vllm_release {release!r}"
 
 
 def older_release_refusal(
-    free_order: str, max_model_len: Any, kv_dtype: str | None = None, from_auto: bool = False
+    release: str, max_model_len: Any, kv_dtype: str | None = None, from_auto: bool = False
 ) -> str | None:
-    """Why SimConfig refuses a configuration whose `free_order` is the older releases' (`OLDER_FREE_ORDER`):
-    max_model_len auto (-1), or a resolved KV dtype (`kv_dtype`, after auto) that is NVFP4, whose rules kvsim
-    read in vLLM 0.33.0 and 0.34.0 only (`from_auto`: the dtype is auto's, a checkpoint's); None otherwise."""
-    if free_order != OLDER_FREE_ORDER:
+    """Why SimConfig refuses a configuration of a release older than the ones kvsim read (`vllm_release`
+    older than `kvsim.model.releases.READ_FROM`, 0.33.0: the presets older than vllm-0.33): max_model_len auto
+    (-1), or a resolved KV dtype (`kv_dtype`, after auto) that is NVFP4, whose rules kvsim read in vLLM 0.33.0
+    and 0.34.0 only (`from_auto`: the dtype is auto's, a checkpoint's); None otherwise."""
+    if is_read(release):
         return None
     if kv_dtype in NVFP4_KV:
         whose = " (auto: the checkpoint's KV cache)" if from_auto else ""
         return (
-            f"kv_cache_dtype {kv_dtype!r}{whose} with free_order {free_order!r} (vLLM before 0.23.0, the presets older "
-            "than vllm-0.33): kvsim models the NVFP4 KV cache as vLLM 0.33.0 and 0.34.0 lay it out (vllm-0.33, "
-            "vllm-latest) and has not read the older releases'"
+            f"kv_cache_dtype {kv_dtype!r}{whose} under {release_words(release)}: kvsim models the NVFP4 KV cache as "
+            "vLLM 0.33.0 and 0.34.0 lay it out (vllm_release 0.33.0 or 0.34.0) and has not read the older releases'"
         )
     if max_model_len == -1:
         return (
-            f"max_model_len auto (-1) with free_order {free_order!r} (vLLM before 0.23.0, the presets older than "
-            "vllm-0.33): kvsim models vLLM 0.33.0's and 0.34.0's auto-fit (vllm-0.33, vllm-latest) and has not "
-            "read the older releases', so it does not guess it: give a length"
+            f"max_model_len auto (-1) under {release_words(release)}: kvsim models vLLM 0.33.0's and 0.34.0's "
+            "auto-fit (vllm_release 0.33.0 or 0.34.0) and has not read the older releases', so it does not guess "
+            "it: give a length"
         )
     return None
 
@@ -140,11 +170,12 @@ def preset_knobs(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(name, str) or name not in PRESETS:
         raise InvalidArgumentError(f"preset {name!r} is not one of {', '.join(map(repr, PRESETS))}")
     chosen = dict(PRESETS[name])
-    if name not in READ_PRESETS and convert("max_model_len", overrides.get("max_model_len")) == -1:
+    release = release_of(convert("vllm_release", overrides.get("vllm_release", chosen["vllm_release"])))
+    if not is_read(release) and convert("max_model_len", overrides.get("max_model_len")) == -1:
         raise InvalidArgumentError(
-            f"max_model_len auto (-1): preset {name!r} is an older vLLM than 0.33.0, whose auto-fit kvsim "
-            "models (vllm-0.33, vllm-latest); kvsim has not read that release's, so it does not guess it: give "
-            "a length"
+            f"max_model_len auto (-1): preset {name!r} is an older vLLM than {READ_FROM}, whose auto-fit kvsim "
+            f"models (vllm-0.33, vllm-latest): {release_words(release)}; kvsim has not read that release's, so it "
+            "does not guess it: give a length"
         )
     if (
         name == "vllm-v0"

@@ -1,8 +1,15 @@
-"""The vLLM release a config reader follows where releases read a checkpoint's field differently (DESIGN.md
-§Presets, "0.34.0's quantization layers"): ModelOpt's `weight_scale_encoding` (`kvsim.model.quant_modelopt`) and
-MiniMax-M3's legacy sparse fields (`kvsim.model.dsa.minimax_m3_sparse`). The readers take it as a plain
-argument, a release's number (`"0.34.0"`, or `"0.34"`), defaulting to `LATEST`; whoever knows a run's preset
-passes its release.
+"""The vLLM releases whose rules kvsim models (DESIGN.md §Presets, "The release"): the knob `vllm_release`
+that every `SimConfig` records, one release a configuration, set by its preset (`kvsim.model.presets`) and
+0.34.0 without one; `release_at_least`, the one comparison of releases that the rules which differ by
+release read (the refusals of max_model_len auto and of an NVFP4 KV cache, the KV cache dtypes' list, the
+attention backends' block sizes); and the release numbers the config readers take where releases read a
+checkpoint's field differently (`version`, `at_least`, `said`: ModelOpt's `weight_scale_encoding`,
+`kvsim.model.quant_modelopt`; MiniMax-M3's legacy sparse fields, `kvsim.model.dsa`; compressed-tensors'
+W4A8 int storage, `kvsim.model.quant_ct`), defaulting to `LATEST`.
+
+A preset stands for a range of releases whose rules kvsim found alike, and records the newest of them (the
+release its rules hold up to; `vllm-0.33` the one whose auto-fit and NVFP4 layout kvsim read, 0.33.0);
+`vllm-v0` records the v0 engine (`v0`), older than every v1 release kvsim models.
 """
 
 from __future__ import annotations
@@ -11,16 +18,37 @@ from typing import Any
 
 from kvsim.errors import InvalidArgumentError
 
-# The release the readers follow when none is given (the `vllm-latest` preset's).
+# The releases, newest first, each with the range of releases whose rules it stands for (DESIGN.md
+# §Presets' table); the presets that set each are `kvsim.model.presets`'.
+RELEASES: dict[str, str] = {
+    "0.34.0": "vLLM 0.34.0",
+    "0.33.0": "vLLM 0.23.0 to 0.33.0",
+    "0.22.1": "vLLM 0.20.0 to 0.22.1",
+    "0.19.1": "vLLM 0.19.0 to 0.19.1",
+    "0.18.1": "vLLM 0.12.0 to 0.18.1",
+    "0.11.2": "vLLM 0.9.2 to 0.11.2",
+    "v0": "vLLM's v0 engine",
+}
+# The newest release kvsim has read: the defaults' (`SimConfig()`, the preset `vllm-latest`) and the config
+# readers' when none is given.
 LATEST = "0.34.0"
+# The oldest release whose max_model_len auto-fit, NVFP4 KV cache layout, KV cache dtypes' list and attention
+# backends' block sizes kvsim read (in vLLM 0.33.0's and 0.34.0's sources); under an older one kvsim refuses
+# auto and NVFP4 (and the command line keeps kvsim's dtype list and notes a block size no backend takes).
+READ_FROM = "0.33.0"
+# `v0` as a number, below every v1 release (`version`).
+_V0 = (0, 0, 0)
 
 
 def version(release: Any) -> tuple[int, int, int]:
-    """`release` (`"0.34.0"`, `"0.34"`) as (major, minor, patch).
+    """`release` (`"0.34.0"`, `"0.34"`, or `"v0"`, the v0 engine, older than every v1 release) as (major,
+    minor, patch).
 
     Raises:
-        InvalidArgumentError: a release that is not two or three dot-separated whole numbers.
+        InvalidArgumentError: a release that is not two or three dot-separated whole numbers, nor `v0`.
     """
+    if release == "v0":
+        return _V0
     parts = release.split(".") if isinstance(release, str) else []
     if len(parts) not in (2, 3) or not all(p.isdigit() and p.isascii() for p in parts):
         raise InvalidArgumentError(
@@ -36,8 +64,41 @@ def at_least(release: Any, than: str) -> bool:
 
 
 def said(release: Any) -> str:
-    """`release` as messages name it: `vLLM 0.34.0`."""
-    return "vLLM {}.{}.{}".format(*version(release))
+    """`release` as messages name it: `vLLM 0.34.0` (`vLLM's v0 engine`)."""
+    return RELEASES["v0"] if release == "v0" else "vLLM {}.{}.{}".format(*version(release))
 
 
-__all__ = ["LATEST", "at_least", "said", "version"]
+def release_of(config_or_release: Any) -> str:
+    """The release a configuration records (`SimConfig.vllm_release`), or a release itself; refuses one
+    that is not of `RELEASES` by name."""
+    release = getattr(config_or_release, "vllm_release", config_or_release)
+    if not isinstance(release, str) or release not in RELEASES:
+        raise InvalidArgumentError(
+            f"vllm_release {release!r} is not one of the releases kvsim's presets model: "
+            + ", ".join(f"{r!r} ({words})" for r, words in RELEASES.items())
+        )
+    return release
+
+
+def release_at_least(config_or_release: Any, floor: str) -> bool:
+    """Whether the release a configuration records (or a release of `RELEASES`) is `floor` or newer."""
+    return at_least(release_of(config_or_release), release_of(floor))
+
+
+def is_read(config_or_release: Any) -> bool:
+    """Whether kvsim read the release's auto-fit, NVFP4 KV cache, dtype list and backends' block sizes
+    (`READ_FROM` or newer: 0.33.0, 0.34.0)."""
+    return release_at_least(config_or_release, READ_FROM)
+
+
+__all__ = [
+    "LATEST",
+    "READ_FROM",
+    "RELEASES",
+    "at_least",
+    "is_read",
+    "release_at_least",
+    "release_of",
+    "said",
+    "version",
+]

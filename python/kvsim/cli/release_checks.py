@@ -1,0 +1,36 @@
+"""The command line's checks of a value by the vLLM release the run models (`vllm_release`: `--vllm-release`,
+the run file's field, else `--preset`'s release, else 0.34.0; `kvsim.model.releases`), made where the value is
+read, before the configuration is built: a `--kv-cache-dtype` the release refuses, or takes but kvsim does not
+model (`kvsim.model.kv_dtype_values.refusal`)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from kvsim.cli.flags import FlagError
+from kvsim.model.kv_dtype_values import refusal as kv_dtype_refusal
+from kvsim.model.presets import release_under
+
+
+def run_release(args: argparse.Namespace, data: dict[str, Any]) -> Any:
+    """The release the run's configuration records, as given (`--vllm-release`, over the run file's
+    `[config] vllm_release`, over `--preset`'s; unchecked: the knob's own conversion refuses a bad one)."""
+    flag = getattr(args, "cfg_vllm_release", None)
+    given = flag[1] if flag is not None else data.get("config", {}).get("vllm_release")
+    return release_under(args.preset, given)
+
+
+def prefill_release(args: argparse.Namespace, cfg: dict[str, Any], text: str) -> Any:
+    """The release of `--prefill-config`'s replicas: a `vllm_release=` in `text`, else the run's."""
+    found = re.search(r"(?:^|,)\s*vllm[_-]release\s*=\s*([^,]*)", text)
+    return found.group(1).strip() if found else release_under(args.preset, cfg.get("vllm_release"))
+
+
+def refuse_kv_dtype(where: str, name: str, value: Any, release: Any, preset: str | None) -> None:
+    """Refuses a `kv_cache_dtype` vLLM `release` refuses, or takes but kvsim does not model
+    (`kvsim.model.kv_dtype_values.refusal`), naming `where` it was given."""
+    why = kv_dtype_refusal(value, release, preset) if name == "kv_cache_dtype" else None
+    if why is not None:
+        raise FlagError(f"{where}: {why}")
