@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from kvsim.analysis.sweep import SweepSpec, parse_grid_args
 from kvsim.errors import InvalidArgumentError
 from kvsim.model import models
 from kvsim.model.config import SimConfig
 from kvsim.model.weights import weight_groups
-from tests.cli_run_common import _error, _json
+from tests.cli_run_common import PLAN, _error, _json
 from tests.test_minimax_m3 import _cfg as minimax_m3_cfg
 from tests.test_minimax_m3 import wrapped
 
@@ -192,3 +193,26 @@ def test_no_reader_of_a_configurations_model_skips_its_release():
     # and the check sees what it looks for
     assert UNRELEASED.search("    m = resolve(config.model)")
     assert UNRELEASED.search("pool = size_pool(\n            self.model,")
+
+
+def test_sweep_points_and_plans_candidates_read_the_model_under_their_release(capsys, tmp_path):
+    """A sweep grid and plan's --compare over `vllm_release` build one configuration each, which reads the
+    config.json under its own release: W4A8Int's pools differ, a CSF checkpoint's 0.33.0 candidate is refused."""
+    path = _w4a8_int(tmp_path)
+    spec = SweepSpec(
+        name="readers",
+        grid=parse_grid_args(["vllm_release=0.34.0,0.33.0"]),
+        base={"model": path, "gpu": "h100-80gb"},
+        workloads=["sharegpt"],
+        seeds=1,
+        requests=5,
+    )
+    blocks = [p.sim_config().num_blocks for p in spec.points()]
+    assert blocks == [
+        SimConfig(model=path, gpu="h100-80gb", vllm_release=r).num_blocks for r in ("0.34.0", "0.33.0")
+    ]
+    assert blocks[1] > blocks[0]
+    csf = _csf(tmp_path)
+    err = _error(capsys, [*PLAN, "--model", csf, "--gpu", "b200", "--compare", "vllm_release=0.34.0,0.33.0"])
+    assert err.startswith("kvsim plan: error: argument --compare: candidate vllm_release=0.33.0: "), err
+    assert re.search(CSF, err), err
