@@ -335,7 +335,7 @@ def why_not(results: dict[str, Any]) -> list[str]:
 def run_layers(cfg: Any) -> int:
     from kvsim.model.models import resolve
 
-    return int(resolve(cfg.model).num_layers)
+    return int(resolve(cfg.release_model).num_layers)
 
 
 # The metrics a run's claim checks (the 10 % target: every mean and median, ITL's mean, throughput).

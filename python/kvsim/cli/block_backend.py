@@ -39,7 +39,7 @@ def no_backend_block(config: Any) -> int | None:
     if config._given.get("block_size") is None or config.model is None or config.gpu is None:
         return None
     used = int(config.pool.pool_block_size)
-    if used % KERNEL_MULTIPLE == 0 or resolve(config.model).is_mla:
+    if used % KERNEL_MULTIPLE == 0 or resolve(config.release_model).is_mla:
         return None
     return used
 

@@ -159,7 +159,7 @@ def idle_model_knobs(config: Any, spell: Spelling = FLAGS) -> dict[str, str | No
         return {}
     from kvsim.model.models import resolve
 
-    model = resolve(config.model)
+    model = resolve(config.release_model)
     layout = config.pool.layout
     out: dict[str, str | None] = {}
 
@@ -548,7 +548,7 @@ def idle_knobs(config: Any, prefill: Any = None, spell: Spelling = FLAGS) -> dic
         else:
             from kvsim.model.models import resolve
 
-            m = resolve(config.model)
+            m = resolve(config.release_model)
             longer = mml is not None and mml > m.longest_context
             why = (
                 None
@@ -607,7 +607,7 @@ def _shardq_taken(config: Any) -> bool:
     from kvsim.model.gpus import resolve as resolve_gpu
     from kvsim.model.models import resolve as resolve_model
 
-    m = resolve_model(config.model)
+    m = resolve_model(config.release_model)
     if not (m.is_dsa and m.is_mla):
         return False
     arch = resolve_gpu(config.gpu).arch

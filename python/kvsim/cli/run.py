@@ -520,7 +520,7 @@ def encoder_notes(config: Any) -> list[str]:
     pool = config.pool
     if config.model is None or pool.source != "gpu":
         return []
-    model = resolve(config.model)
+    model = resolve(config.release_model)
     notes = []
     if not config.language_model_only:
         kinds = ", ".join(t.kind for t in model.towers)

@@ -283,7 +283,7 @@ def _check_one_group(configs: list[SimConfig], first: int, d: int) -> None:
 
     def value(c: SimConfig, name: str) -> Any:
         v = getattr(c, name)
-        return resolve(v) if name == "model" and v is not None else v
+        return resolve(c.release_model) if name == "model" and v is not None else v
 
     def shown(c: SimConfig, name: str) -> Any:
         v = getattr(c, name)

@@ -39,7 +39,7 @@ def _kv_cache_dtype(config: SimConfig) -> tuple[str, str]:
     kv = {"fp8_e4m3": "fp8"}.get(config.kv_cache_dtype, config.kv_cache_dtype)
     if config.model is None:
         return kv, ""
-    m = resolve(config.model)
+    m = resolve(config.release_model)
     if kv == "auto":
         return m.kv_dtype, " (auto: the model's)"
     if given == "auto":

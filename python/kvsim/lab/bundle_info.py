@@ -16,7 +16,7 @@ from kvsim.model.config import SimConfig
 
 
 def _model_info(cfg: SimConfig) -> dict[str, Any]:
-    m = lab_model(cfg.model)
+    m = lab_model(cfg.release_model)
     bpt = m.kv_bytes_per_token
     if cfg.kv_groups:
         # A hybrid model: a block's token slots (its bytes ÷ the engine's block size), the unit of the
@@ -66,7 +66,7 @@ def _layout_info(cfg: SimConfig, kv_bytes: int | None) -> dict[str, Any] | None:
     from kvsim.model.layers import _attention_page
     from kvsim.model.models import dtype_bits
 
-    m = lab_model(cfg.model)
+    m = lab_model(cfg.release_model)
     lay = cfg.pool.layout
     layers = m.layer_list()
     tp = cfg.tensor_parallel_size

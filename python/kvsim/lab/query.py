@@ -254,7 +254,7 @@ def preset_kv_cache_bytes(p: _presets.Preset) -> int:
     bytes per token for full attention; what the page keeps when the block size or the model changes)."""
     c = p.config
     assert c.num_blocks is not None, "a config sizes its pool when it is made"
-    return c.num_blocks * bytes_per_block(c.model, c.block_size)
+    return c.num_blocks * bytes_per_block(c.release_model, c.block_size)
 
 
 def preset_tier_bytes(p: _presets.Preset) -> int:
@@ -444,7 +444,7 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
     cpu_blocks = 0
     if preemption != "recompute":
         if cfg.cpu_blocks:  # the preset's CPU pool, in bytes: as many blocks as they hold now
-            cpu_bytes = cfg.cpu_blocks * cfg.block_size * _bytes_per_token(cfg.model)
+            cpu_bytes = cfg.cpu_blocks * cfg.block_size * _bytes_per_token(cfg.release_model)
             cpu_blocks = max(1, cpu_bytes // (block_size * _bytes_per_token(model)))
         else:
             cpu_blocks = num_blocks  # a CPU pool as large as the GPU's

@@ -124,7 +124,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
 
     Release: `vllm_release` is the vLLM release whose rules the configuration models, one a configuration
     (0.34.0; a preset sets its own, `kvsim.model.releases`). It sets no other knob; older than 0.33.0,
-    max_model_len auto and an NVFP4 KV cache are refused (`kvsim.model.presets.older_release_refusal`).
+    max_model_len auto and an NVFP4 KV cache are refused (`kvsim.model.presets.older_release_refusal`). A
+    config.json `model` is read as that release reads it (`release_model`: ModelOpt's CSF block scales and
+    MiniMax-M3's legacy sparse fields refused before 0.34.0, compressed-tensors W4A8 int's int8 storage from
+    0.34.0).
     """
 
     num_blocks: int | None = default("num_blocks")
@@ -276,7 +279,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
         context = self.max_model_len
         if context is None and self.model is not None:
-            context = resolve(self.model).max_model_len
+            context = resolve(self.release_model).max_model_len
         if self.gpu is None:
             t0, s0 = KNOB_DEFAULT_TOKENS, KNOB_DEFAULT_SEQS
             if self.batch_rule == "v0":
@@ -322,7 +325,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         from kvsim.model.gpus import resolve as resolve_gpu
         from kvsim.model.models import resolve
 
-        m = resolve(self.model)
+        m = resolve(self.release_model)
         kv_dtype = m.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
         if kv_dtype in NVFP4_KV:
             from kvsim.model.kv_dtype_values import check_nvfp4
@@ -365,7 +368,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             from kvsim.model.gpus import resolve as resolve_gpu
             from kvsim.model.models import resolve
 
-            m = resolve(self.model)
+            m = resolve(self.release_model)
             kv = m.kv_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
             arch = resolve_gpu(self.gpu).arch if self.gpu is not None else None
             bs = default_block_size(
@@ -392,7 +395,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
             return
         from kvsim.model.models import resolve
 
-        m = resolve(self.model)
+        m = resolve(self.release_model)
         if self.max_model_len > m.longest_context:
             key = m.context_key or "max_position_embeddings"
             said = (
@@ -414,7 +417,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         kvsim's own experiments) it stays unset: no limit."""
         if self.max_model_len in (None, -1) and self.model is not None:
             # (auto, -1: vLLM starts from the model's context too and `_size` fits it, `kvsim.model.auto_fit`)
-            object.__setattr__(self, "max_model_len", resolve_model_len(self.model))
+            object.__setattr__(self, "max_model_len", resolve_model_len(self.release_model))
 
     def _check_time_fields(self) -> None:
         """Refuses a time model's field the resolved time model does not read (a value the run would not
@@ -460,7 +463,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
                     f"preemption 'swap' needs cpu_blocks >= 1 (or swap_space_bytes), got {self.cpu_blocks}"
                 )
         pool = size_pool(
-            self.model,
+            self.release_model,
             self.gpu,
             self.block_size,
             num_blocks=self.num_blocks,
@@ -568,7 +571,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         layout = self.pool.layout
         if layout is None or layout.single_full:
             return ()
-        mml = self.max_model_len or resolve_model_len(self.model)
+        mml = self.max_model_len or resolve_model_len(self.release_model)
         out = []
         for g in layout.groups:
             cap = g.admission_cap(mml, self.max_in_flight_tokens)
@@ -589,7 +592,7 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
         from kvsim.model.sizing import kv_bytes_per_token
 
         per_block = self.block_size * kv_bytes_per_token(
-            self.model,
+            self.release_model,
             self.kv_cache_dtype,
             self.tensor_parallel_size,
             expert_parallel=self.enable_expert_parallel,
@@ -627,6 +630,15 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     def pool(self) -> Any:
         """How the pool was sized (`kvsim.sizing.PoolSizing`); `pool.line()` is the one-line description."""
         return self._pool  # type: ignore[attr-defined]
+
+    @property
+    def release_model(self) -> Any:
+        """The model as `vllm_release` reads it (`kvsim.model.models.under_release`: a preset's name or a
+        `Model` as given, a config.json or Hugging Face id read under the release), None without one. Every
+        reader of a configuration's model takes this, not `model`, so that a config.json is read one way."""
+        from kvsim.model.models import under_release
+
+        return None if self.model is None else under_release(self.model, self.vllm_release)
 
     def replace(self, **changes: Any) -> SimConfig:
         """A copy with some fields changed (validated again; derived fields are derived again)."""

@@ -126,6 +126,9 @@ class ConfigChecks:
         @property
         def measured_sizing_on(self) -> bool: ...
 
+        @property
+        def release_model(self) -> Any: ...
+
     def _check_combinations(self) -> None:
         if self.policy == "static" and self._given.get("max_model_len") is None:  # type: ignore[attr-defined]
             # (given, not the model's context it defaults to: a region of 40,960 tokens a request for
@@ -176,7 +179,7 @@ class ConfigChecks:
         experts = 0
         name = None
         if self.model is not None:
-            m = resolve(self.model)
+            m = resolve(self.release_model)
             experts, name = m.num_experts, m.name
         if self.enable_expert_parallel and not experts:
             whose = f"model {name} is dense (no experts)" if name is not None else "no model is given"

@@ -58,6 +58,9 @@ class ConfigCpuTier:
         @property
         def engine_block_size(self) -> int: ...
 
+        @property
+        def release_model(self) -> Any: ...
+
     # vLLM's CPU tier pads each chunk to this many bytes (`CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT`).
     CPU_CHUNK_ALIGNMENT = 4096
 
@@ -96,7 +99,7 @@ class ConfigCpuTier:
                 return False  # (a world past one host: not the mp executor, a copy a rank)
         from kvsim.model.models import resolve
 
-        if not resolve(self.model).is_mla:
+        if not resolve(self.release_model).is_mla:
             return False
         layout = self.pool.layout
         if layout is not None and any(g.kind == "mamba" for g in layout.groups):

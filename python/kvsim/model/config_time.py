@@ -40,6 +40,9 @@ class ConfigTimeModel:
         max_num_seqs: int
         max_num_batched_tokens: int
 
+        @property
+        def release_model(self) -> Any: ...
+
     def _resolve_time_model(self) -> None:
         """`auto`: the roofline when a model and a GPU are named (with a calibration's efficiencies when one
         is given), else ticks; `calibrated` with a roofline calibration is the roofline. A calibration
@@ -115,7 +118,7 @@ class ConfigTimeModel:
         # over the window.
         try:
             rt = roofline_time_model(
-                resolve(self.model),
+                resolve(self.release_model),
                 gpu,
                 tensor_parallel_size=self.tensor_parallel_size,
                 data_parallel_size=self.data_parallel_size,
@@ -194,7 +197,7 @@ class ConfigTimeModel:
             convert(name, getattr(self, name))
         if self.swap_ps_per_block is None and self.model is not None and self.gpu is not None:
             tm = linear_time_model(
-                self.model,
+                self.release_model,
                 self.gpu,
                 block_size=self.block_size,
                 kv_dtype=None if self.kv_cache_dtype == "auto" else self.kv_cache_dtype,
@@ -208,7 +211,7 @@ class ConfigTimeModel:
         """The model as vLLM loads it (`quantization` applied)."""
         from kvsim.model.models import resolve, with_quantization
 
-        return with_quantization(resolve(self.model), self.quantization)
+        return with_quantization(resolve(self.release_model), self.quantization)
 
     def ticks_why(self) -> tuple[str, str]:
         """Why a run's steps are ticks and how to price them on a GPU: (no GPU named / no model named / ticks
@@ -244,7 +247,11 @@ class ConfigTimeModel:
         from kvsim.model.models import resolve as resolve_model
 
         # (the model as the pool line names it: an alias, deepseek-r1, with the preset it resolves to)
-        model = model_label(self.model, resolve_model(self.model).name) if self.model is not None else None
+        model = (
+            model_label(self.model, resolve_model(self.release_model).name)
+            if self.model is not None
+            else None
+        )
         from kvsim.model.gpus import resolve as resolve_gpu
 
         gpu = resolve_gpu(self.gpu).name  # (a GPU file by its Gpu's name, as the pool line says it)
@@ -304,7 +311,7 @@ class ConfigTimeModel:
             return None
         from kvsim.model.models import resolve as resolve_model
 
-        mine = resolve_model(self.model).name
+        mine = resolve_model(self.release_model).name
         try:
             fitted = resolve_model(cal.model).name
         except InvalidArgumentError:
@@ -361,7 +368,7 @@ class ConfigTimeModel:
             parts.append(f"tp {tp}'s all-reduces {link.how}{scaled}")
         from kvsim.model.timing import _moe_layer_flags
 
-        model = resolve_model(self.model)
+        model = resolve_model(self.release_model)
         rocm = is_rocm(gpu.arch)
         coll = moe_collectives(model, tp, dp, self.enable_expert_parallel, _moe_layer_flags(model), rocm)
         if coll.gather > 1:
@@ -397,7 +404,7 @@ class ConfigTimeModel:
 
         gpu = resolve_gpu(self.gpu)
         tp, dp = self.tensor_parallel_size, self.data_parallel_size
-        model = resolve_model(self.model)
+        model = resolve_model(self.release_model)
         coll = moe_collectives(
             model, tp, dp, self.enable_expert_parallel, _moe_layer_flags(model), is_rocm(gpu.arch)
         )

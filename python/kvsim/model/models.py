@@ -293,6 +293,24 @@ def resolve(model: Model | str, release: str = LATEST) -> Model:
     )
 
 
+def under_release(model: Model | str, release: str) -> Model | str:
+    """`model` with vLLM `release`'s reading of it settled, for `resolve` and every function that takes a
+    model: a `Model`, or a name of a preset (or of its alias), as given (no preset's config holds a field the
+    releases read differently, and an alias keeps its label: `model_label`); a config path or a Hugging Face
+    id read as `release` reads it (`resolve`, whose cache of read configs keys on the release). The one way
+    a `SimConfig` reads its model (`SimConfig.release_model`).
+
+    Raises:
+        InvalidArgumentError: as `resolve`; a config field that `release` refuses (ModelOpt's
+            `weight_scale_encoding` before 0.34.0, MiniMax-M3's legacy sparse fields before 0.34.0), by name.
+    """
+    if isinstance(model, Model) or (
+        isinstance(model, str) and (model in MODELS or _preset(model) is not None)
+    ):
+        return model
+    return resolve(model, release=release)
+
+
 def with_quantization(model: Model, quantization: str | None) -> Model:
     """`model` loaded with vLLM's `--quantization` (`fp8` quantizes an unquantized model's linear layers
     at load time; another value must name the checkpoint's own method), rebuilt from its config fields
@@ -381,5 +399,6 @@ __all__ = [
     "names",
     "resolve",
     "transformers_backend_note",
+    "under_release",
     "with_quantization",
 ]
