@@ -39,8 +39,18 @@ pub(crate) fn run_engine<'py>(
     let record_events = bool_arg(record_events, "record_events")?;
     let columns = Columns::from_kwargs(kwargs, origin)?;
     let inp = columns.view()?;
+    // (the output made here, in Python's thread: its allocator arena keeps a run's freed columns for
+    // the next run, where the worker's gave them back each time: `engine::run_into`)
+    let out = engine::EngineOutput::for_run(inp.len());
     let mut output = detached(py, "the engine", |cancel| {
-        engine::run(inp, &cfg, timeseries_every, record_events, cancel)
+        engine::run_into(
+            inp,
+            &cfg,
+            timeseries_every,
+            record_events,
+            cancel,
+            Some(out),
+        )
     })?;
     let series = if timeseries_every > 0 {
         arrays(py, output.timeseries_columns())?

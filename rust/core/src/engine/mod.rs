@@ -197,6 +197,26 @@ impl<'a> Engine<'a> {
         cfg: &'a EngineConfig,
         cancel: Option<&AtomicBool>,
     ) -> Result<Self> {
+        Self::new_into(inp, cfg, cancel, None)
+    }
+
+    /// `new_cancellable` writing into `out` (`EngineOutput::for_run` of the input's rows, made by the
+    /// caller: `run_into`), else into an `EngineOutput::new` of its own.
+    fn new_into(
+        inp: EngineInput<'a>,
+        cfg: &'a EngineConfig,
+        cancel: Option<&AtomicBool>,
+        out: Option<EngineOutput>,
+    ) -> Result<Self> {
+        if let Some(o) = &out
+            && o.status.len() != inp.len()
+        {
+            invalid_arg!(
+                "an output of {} rows for {} input rows",
+                o.status.len(),
+                inp.len()
+            );
+        }
         cfg.validate()?;
         inp.validate()?;
         check_forks(&inp, cfg)?;
@@ -227,7 +247,7 @@ impl<'a> Engine<'a> {
         let ring_len = ((cfg.block_size + 1).max(64) as usize).next_power_of_two();
         let mut engine = Engine {
             cfg,
-            out: EngineOutput::new(inp.len()),
+            out: out.unwrap_or_else(|| EngineOutput::new(inp.len())),
             inp,
             mem,
             outstanding: 0,
@@ -529,7 +549,24 @@ pub fn run(
     record_events: bool,
     cancel: &AtomicBool,
 ) -> Result<EngineOutput> {
-    Engine::new_cancellable(inp, cfg, Some(cancel))?
+    run_into(inp, cfg, timeseries_every, record_events, cancel, None)
+}
+
+/// `run` writing into `out`, the input's rows' `EngineOutput::for_run`, which the caller makes in its
+/// own thread before it hands the run to a worker thread: the Python binding (`run_engine`), whose
+/// thread's allocator arena (glibc's main one) keeps the memory of a run's freed columns for the next,
+/// where a worker thread's arena gave its pages back at the end of each run and took them again,
+/// zeroed, in the next (page faults; DESIGN.md §CPU tier, "Where a run's memory comes from"). `out`'s
+/// rows must be the input's.
+pub fn run_into(
+    inp: EngineInput<'_>,
+    cfg: &EngineConfig,
+    timeseries_every: u64,
+    record_events: bool,
+    cancel: &AtomicBool,
+    out: Option<EngineOutput>,
+) -> Result<EngineOutput> {
+    Engine::new_into(inp, cfg, Some(cancel), out)?
         .with_timeseries(timeseries_every)
         .with_events(record_events)
         .run(cancel)

@@ -169,6 +169,9 @@ pub struct EngineOutput {
     pub itl_runs: [Vec<i64>; 4],
 }
 
+/// The ITL record's runs `EngineOutput::for_run` makes room for (8 KiB a column).
+pub(super) const ITL_FIRST_RUNS: usize = 1024;
+
 /// Names of `itl_steps`' then `itl_runs`' columns (the Python side's `ITL_STEPS` and `ITL_RUNS`).
 pub const ITL_COLUMNS: [&str; 7] = [
     "step_ps",
@@ -290,6 +293,18 @@ impl EngineOutput {
             };
         }
         for_each_row_column!(make);
+        out
+    }
+
+    /// `new(n)` with room for the ITL record's first `ITL_FIRST_RUNS` runs, for a run whose caller makes
+    /// its output (`engine::run_into`): a growing vector is reallocated in the allocator arena of its
+    /// first block, so the ITL record's columns then grow in the caller's arena too, not in the worker
+    /// thread's.
+    pub fn for_run(n: usize) -> Self {
+        let mut out = Self::new(n);
+        for col in &mut out.itl_runs {
+            col.reserve_exact(ITL_FIRST_RUNS);
+        }
         out
     }
 

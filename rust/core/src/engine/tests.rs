@@ -246,3 +246,36 @@ fn forked_samples_must_follow_their_parent() {
     let err = input(&[-1, 0, 1, -1]).validate().unwrap_err();
     assert!(err.to_string().contains("row 2: fork_parent 1"), "{err}");
 }
+
+/// A run into an output its caller made (`run_into`, the binding's: made in Python's thread) gives what
+/// `run` gives, the ITL record's columns with room for their first runs; an output of other rows than
+/// the input's is refused.
+#[test]
+fn a_run_into_the_callers_output_is_the_run() {
+    let prompt = [20i64, 30, 10, 25];
+    let inp = EngineInput {
+        arrival_ps: &[0, 0, 1, 5],
+        prompt_len: &prompt,
+        target: &[3, 2, 2, 2],
+        max_gen: &[3, 2, 2, 2],
+        fork_parent: &[-1; 4],
+        output_seg: &[1 << 63, (1 << 63) + 1, (1 << 63) + 2, (1 << 63) + 3],
+        seg_offsets: &[0, 1, 2, 3, 4],
+        segment_id: &[1, 2, 3, 4],
+        segment_len: &prompt,
+    };
+    let cfg = EngineConfig::for_tests(64, 16);
+    let cancel = AtomicBool::new(false);
+    let out = EngineOutput::for_run(4);
+    assert!(
+        out.itl_runs
+            .iter()
+            .all(|c| c.is_empty() && c.capacity() >= output::ITL_FIRST_RUNS)
+    );
+    let into = run_into(inp, &cfg, 1, true, &cancel, Some(out)).unwrap();
+    let plain = run(inp, &cfg, 1, true, &cancel).unwrap();
+    assert_eq!(format!("{into:?}"), format!("{plain:?}"));
+    assert_eq!(into.itl_runs[0].len(), 4);
+    let err = run_into(inp, &cfg, 0, false, &cancel, Some(EngineOutput::for_run(3))).unwrap_err();
+    assert!(matches!(err, KvError::InvalidArgument(m) if m.contains("3 rows for 4 input rows")));
+}
