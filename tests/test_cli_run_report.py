@@ -20,10 +20,38 @@ def test_vllm_bench_metrics_in_ms_with_chosen_percentiles(capsys):
     argv = [*SMALL, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99.9"]
     s = _json(capsys, argv)["serving"]
     for m in ("ttft", "tpot", "itl", "e2el"):
-        for stat in ("mean", "median", "std", "p50", "p90", "p99_9"):
+        for stat in ("mean", "median", "std", "p50", "p90", "p99.9"):
             assert f"{stat}_{m}_ms" in s
     assert s["request_throughput"] > 0
     assert s["output_throughput"] > 0
+
+
+def _vllm_p_word(p: float) -> str:
+    """vLLM 0.34.0's `vllm/benchmarks/serve.py` (lines 1430-1432), the rule its result keys are named by."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def test_fractional_percentiles_are_named_as_vllm_bench_names_them(capsys, tmp_path):
+    """user53 #1: kvsim wrote `p99_9_ttft_ms` where `vllm bench serve` writes `p99.9_ttft_ms`, in `--json`,
+    `--save-result` and the table's column; a dashboard reading vLLM's keys found none in kvsim's."""
+    pcts = [0.5, 25.0, 99.0, 99.9, 99.99]
+    argv = [
+        *SMALL,
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "0.5,25,99,99.9,99.99",
+    ]
+    keys = {f"p{_vllm_p_word(float(p))}_{m}_ms" for p in pcts for m in ("ttft", "tpot", "itl", "e2el")}
+    s = _json(capsys, argv)["serving"]
+    assert keys <= set(s)
+    assert "p99_9_ttft_ms" not in s
+    assert main([*argv, "--save-result", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    saved = json.loads(next(tmp_path.glob("*.json")).read_text())["serving"]
+    assert keys <= set(saved)
+    head = next(line for line in out.splitlines() if line.strip().startswith("mean"))
+    assert head.split()[3:] == ["p0.5", "p25", "p99", "p99.9", "p99.99"]
 
 
 def test_goodput_and_slo_attainment(capsys):

@@ -88,5 +88,5 @@ def test_run_latency_table_shows_queueing_as_plan_bounds_it(capsys):
     for col, key in (("mean", "mean"), ("median", "p50"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99")):
         assert float(shown[col].replace(",", "")) == pytest.approx(1000 * s[f"queueing_s_{key}"], rel=1e-3)
     assert shown["std"] == "-"
-    assert shown["p99_9"] == "-"
+    assert shown["p99.9"] == "-"
     assert s["queueing_s_p99"] > 0
