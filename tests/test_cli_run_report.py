@@ -195,3 +195,46 @@ def test_a_default_run_says_its_scheduling_is_synchronous_where_vllms_is_not(cap
             "synchronously, as its note says) or set it off (--no-async-scheduling: vLLM's synchronous deployment)"
         )
     assert said([*base, "--policy", "orca-max", "--max-model-len", "8192"]) == []
+
+
+def test_the_latency_table_and_json_say_what_the_times_are(capsys):
+    """user53 #7: a datasheet roofline's times (no calibration) read as measurements, to four figures, in
+    a table headed `latency (ms)`; the heading and `--json` now say they are optimistic bounds, a
+    calibration's that they are calibrated, and no number changes."""
+    llama = ["run", "--model", "llama-3.1-8b", "--workload", "sharegpt:arrival_rate=4", "--requests", "100"]
+    for gpu, cal, times in (
+        ("h100-80gb", None, "datasheet roofline: optimistic bounds"),
+        ("rtx-pro-6000", "rtx-pro-6000-llama-3.1-8b", "roofline calibrated by rtx-pro-6000-llama-3.1-8b"),
+    ):
+        argv = [*llama, "--gpu", gpu, *(["--calibration", cal] if cal else [])]
+        data = _json(capsys, argv)
+        assert data["time_model"] == {"name": "roofline", "calibrated": cal is not None, "times": times}
+        assert main(argv) == 0
+        out = capsys.readouterr().out.splitlines()
+        head = out.index(f"== latency (ms; {times}) ==")
+        ttft = out[head + 2].split()
+        assert ttft[0] == "TTFT"
+        assert float(ttft[1]) == pytest.approx(data["serving"]["mean_ttft_ms"], rel=1e-3)
+    ticks = _json(capsys, [*SMALL])["time_model"]
+    assert ticks["name"] == "ticks"
+    assert ticks["calibrated"] is False
+    assert "not a GPU's time" in ticks["times"]
+
+
+def test_enforce_eager_says_its_steps_are_timed_as_graphs(capsys):
+    """user53 #12: `--enforce-eager` gave more KV blocks and byte-identical latencies with no word that the
+    time model prices no launch overhead; a timed eager run now says it shows only the memory side, and
+    the flag's help says the same. The numbers themselves stay (no eager overhead is priced)."""
+    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--max-model-len", "8192"]
+    argv += ["--workload", "sharegpt:arrival_rate=1", "--requests", "40"]
+    graphs, eager = _json(capsys, argv), _json(capsys, [*argv, "--enforce-eager"])
+    assert eager["pool_sizing"] != graphs["pool_sizing"]
+    assert eager["serving"]["mean_tpot_ms"] == graphs["serving"]["mean_tpot_ms"]
+    said = [n for n in eager["notes"] if n.startswith("enforce_eager:")]
+    assert len(said) == 1
+    assert "times an eager run's steps as a graph-captured run's" in said[0]
+    assert "only the memory side" in said[0]
+    assert not [n for n in graphs["notes"] if n.startswith("enforce_eager:")]
+    assert main(["run", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "timed as a graph-captured run's" in help_text

@@ -112,7 +112,7 @@ def test_a_run_without_a_gpu_says_its_times_are_ticks(capsys):
     )
     out = capsys.readouterr().out
     assert "ticks" not in out
-    assert "== latency (ms) ==" in out
+    assert "== latency (ms; datasheet roofline: optimistic bounds) ==" in out
     # A GPU named with ticks chosen, or without a model: the line and the note say so (they said "no GPU
     # named" and told the user to name the GPU they had named).
     for extra, why in (

@@ -79,7 +79,7 @@ def test_run_latency_table_shows_queueing_as_plan_bounds_it(capsys):
     argv += ["--requests", "300", "--metric-percentiles", "50,90,99,99.9"]
     assert main(argv) == 0
     out = capsys.readouterr().out.splitlines()
-    head = out.index("== latency (ms) ==")
+    head = out.index("== latency (ms; datasheet roofline: optimistic bounds) ==")
     cols = out[head + 1].split()
     row = next(x for x in out[head:] if x.startswith("  QUEUEING")).split()[1:]
     assert main([*argv, "--json"]) == 0
