@@ -52,6 +52,10 @@ def test_fractional_percentiles_are_named_as_vllm_bench_names_them(capsys, tmp_p
     assert keys <= set(saved)
     head = next(line for line in out.splitlines() if line.strip().startswith("mean"))
     assert head.split()[3:] == ["p0.5", "p25", "p99", "p99.9", "p99.99"]
+    assert main(["run", "--help"]) == 0
+    assert "named as vllm bench serve names them: p99, p99.9 (--json: p99.9_ttft_ms)" in " ".join(
+        capsys.readouterr().out.split()
+    )
 
 
 def test_goodput_and_slo_attainment(capsys):
