@@ -10,7 +10,8 @@ import pytest
 
 import kvsim
 import kvsim.analysis.claims as claims
-from kvsim.analysis.claims import CONFIRMED, DIFFERS, NOT_TESTABLE, mooncake_ceiling, run_claims
+from kvsim.analysis.claims import CONFIRMED, DIFFERS, INCONCLUSIVE, NOT_TESTABLE, mooncake_ceiling, run_claims
+from kvsim.analysis.claims_model import order_note, order_verdict, slack_pairs
 
 QUICK = ["seed-fragmentation", "seed-memory-budget"]
 
@@ -26,7 +27,7 @@ def test_every_claim_has_a_row_with_a_verdict_and_a_command(report):
     ids = [c.id for c in report.claims]
     assert len(ids) == len(set(ids)) >= 30
     for c in report.claims:
-        assert c.verdict in (CONFIRMED, DIFFERS, NOT_TESTABLE)
+        assert c.verdict in (CONFIRMED, INCONCLUSIVE, DIFFERS, NOT_TESTABLE)
         assert f"| {c.id} |" in text
     ran = {c.id: c for c in report.claims if c.id in ("S-fragmentation", "S-memory-budget")}
     assert all(c.verdict != NOT_TESTABLE for c in ran.values())
@@ -221,3 +222,28 @@ def test_the_header_says_where_the_values_come_from(report):
     assert reread[5].startswith("Rows re-read with `kvsim claims --reuse` on: ")
     assert "wall time of the re-read 3 s" in reread[5]
     assert "Machine: " not in "\n".join(reread)
+
+
+def test_an_order_shown_only_through_its_slack_is_inconclusive():
+    """user53 #8: a claim of an order is CONFIRMED where the numbers show the order, INCONCLUSIVE where they
+    show it only through the tolerance's slack, DIFFERS past it; the note names the pairs against it."""
+    assert order_verdict(True, True) == CONFIRMED
+    assert order_verdict(False, True) == INCONCLUSIVE
+    assert order_verdict(False, False) == DIFFERS
+    pre = [723.0, 727.0, 686.0, 661.0]
+    assert slack_pairs(pre, False, [4, 8, 16, 32]) == ["4 -> 8"]
+    assert slack_pairs(pre, True, [4, 8, 16, 32]) == ["8 -> 16", "16 -> 32"]
+    assert slack_pairs([1.0, 1.0, 2.0], True, "abc") == []  # (equal values keep a non-decreasing order)
+    assert (
+        order_note(["4 -> 8"], "preemptions")
+        == "preemptions against the stated order, within the slack: 4 -> 8"
+    )
+    assert order_note([], "preemptions") == ""
+
+
+def test_the_report_counts_inconclusive_claims(report):
+    text = report.path.read_text()
+    n = sum(c.verdict == INCONCLUSIVE for c in report.claims)
+    assert f" CONFIRMED, {n} INCONCLUSIVE, " in text
+    assert f" CONFIRMED, {n} INCONCLUSIVE, " in report.summary_line()
+    assert "INCONCLUSIVE: a claim of an order" in text

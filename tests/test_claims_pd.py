@@ -14,7 +14,7 @@ import pytest
 import kvsim
 from kvsim.analysis import claims_pd
 from kvsim.analysis.claims import experiments
-from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, NOT_TESTABLE
+from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, INCONCLUSIVE, NOT_TESTABLE
 from kvsim.analysis.claims_pd import (
     CachedProbe,
     FleetRuns,
@@ -78,11 +78,36 @@ def test_the_direction_confirmed_and_its_opposite_differs():
         {(0, 1): 10.0, (0, 2): 20.0, (1, 1): 12.0}, {(0, 1): 50.0, (0, 2): 100.0, (1, 1): 140.0}
     )
     assert set(_verdicts(opposite).values()) == {DIFFERS}
-    # a tie within the knees' precision is no win (tight differs) and no loss (loose holds)
+    # a ratio within the knees' 5 % precision of 1 cannot tell the order (user53 #8: 1.047x read CONFIRMED
+    # under "the aggregated fleet's goodput per GPU is at least as high"): INCONCLUSIVE either way where the
+    # sentence does not hold; the loose sentence holds at or under 1
     tie = _frame({(0, 1): 10.0, (1, 1): 20.5}, {(0, 1): 10.0, (1, 1): 20.5})
     v = _verdicts(tie)
-    assert v["D-pd-sharegpt-tight"] == DIFFERS
+    assert v["D-pd-sharegpt-tight"] == v["D-pd-sharegpt-loose"] == INCONCLUSIVE
+    just_under = _frame({(0, 1): 10.0, (1, 1): 19.6}, {(0, 1): 10.0, (1, 1): 19.6})
+    v = _verdicts(just_under)
+    assert v["D-pd-sharegpt-tight"] == INCONCLUSIVE  # (0.98x: no win shown, nor a loss past the precision)
     assert v["D-pd-sharegpt-loose"] == CONFIRMED
+    past = _frame({(0, 1): 10.0, (1, 1): 18.0}, {(0, 1): 10.0, (1, 1): 21.2})
+    v = _verdicts(past)
+    assert v["D-pd-sharegpt-tight"] == DIFFERS  # 0.90x
+    assert v["D-pd-sharegpt-loose"] == DIFFERS  # 1.06x
+    e = pd_experiments()[0]
+    (loose,) = [c for c in pd_claims({e.name: PdResults(e, tie, None)}) if c.id == "D-pd-sharegpt-loose"]
+    assert "1.025x is within the knees' 5% precision of 1" in loose.note
+
+
+def test_a_claims_note_says_which_way_its_left_out_fleets_would_turn_it():
+    """The loose claims leave out knees from runs too short to be sustained; the note gives the ratio with
+    them counted (user53 #8: Mooncake's split led once they were)."""
+    frame = _frame({(0, 1): 10.0, (1, 1): 20.0}, {(0, 1): 10.0, (0, 2): 20.0, (1, 1): 19.0, (2, 2): 80.0})
+    frame = frame.with_columns(
+        sustained=~((pl.col("level") == "loose") & (pl.col("prefill") == 2) & (pl.col("decode") == 2))
+    )
+    e = pd_experiments()[0]
+    (loose,) = [c for c in pd_claims({e.name: PdResults(e, frame, None)}) if c.id == "D-pd-sharegpt-loose"]
+    assert loose.verdict == CONFIRMED  # (0.95x over the sustained knees)
+    assert "counted, they would give 2.00x (2P:2D 20 req/s/GPU vs 1 aggregated 10 req/s/GPU)" in loose.note
 
 
 def test_a_missing_family_or_run_is_not_testable():

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 import kvsim
-from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, Results
+from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, INCONCLUSIVE, Results
 from kvsim.analysis.claims_seed import admitted, mooncake_ceiling
 from kvsim.analysis.claims_tier import pool_ceiling, tier_claims, tier_experiments
 from kvsim.workloads import traces_dir
@@ -115,6 +115,35 @@ def test_a_hit_rate_above_the_ceiling_is_refused():
     )
     verdicts = {c.id: c.verdict for c in claims}
     assert verdicts["C-tier-mooncake-synthetic"] == verdicts["C-tier-mooncake-conversation"] == DIFFERS
+
+
+@needs_rows
+def test_a_rise_shown_only_through_its_slack_is_inconclusive():
+    """user53 #8, by rule for every order claim: the realistic 256 GiB tier's hit rate on vLLM's pool put a
+    fifth of a point under the 128 GiB one's passes "non-decreasing (1 point of slack)" only through the
+    slack, so the verdict is INCONCLUSIVE (it read CONFIRMED) and the note names the pair."""
+    res = tier_results()
+    vllms = res.frame["num_blocks"].max()
+    rate = pl.col("hit_rate_first_admission")
+    at = (pl.col("num_blocks") == vllms) & (pl.col("kv_offloading_chunks") == 2**20 // 16)
+    small = float(
+        res.frame.filter(at & (pl.col("workload").str.starts_with("mooncake-conversation")))[
+            "hit_rate_first_admission"
+        ][0]
+    )
+    dip = (pl.col("num_blocks") == vllms) & (pl.col("kv_offloading_chunks") == 2**21 // 16)
+    conv = pl.col("workload").str.starts_with("mooncake-conversation")
+    frame = res.frame.with_columns(
+        pl.when(dip & conv).then(pl.lit(small - 0.002)).otherwise(rate).alias(rate.meta.output_name())
+    )
+    claims = tier_claims(
+        {"tier-mooncake": Results(res.experiment, frame, None), "tier-fleet-mooncake": _fleet()}, 1.0
+    )
+    c = next(c for c in claims if c.id == "C-tier-mooncake-conversation")
+    assert c.verdict == INCONCLUSIVE, c.note
+    assert "478K-token pool hit rate against the stated order, within the slack: 128 GiB -> 256 GiB" in c.note
+    other = next(c for c in claims if c.id == "C-tier-mooncake-synthetic")
+    assert other.verdict == CONFIRMED
 
 
 def _fleet() -> Results:

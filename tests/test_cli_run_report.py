@@ -20,10 +20,42 @@ def test_vllm_bench_metrics_in_ms_with_chosen_percentiles(capsys):
     argv = [*SMALL, "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99.9"]
     s = _json(capsys, argv)["serving"]
     for m in ("ttft", "tpot", "itl", "e2el"):
-        for stat in ("mean", "median", "std", "p50", "p90", "p99_9"):
+        for stat in ("mean", "median", "std", "p50", "p90", "p99.9"):
             assert f"{stat}_{m}_ms" in s
     assert s["request_throughput"] > 0
     assert s["output_throughput"] > 0
+
+
+def _vllm_p_word(p: float) -> str:
+    """vLLM 0.34.0's `vllm/benchmarks/serve.py` (lines 1430-1432), the rule its result keys are named by."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def test_fractional_percentiles_are_named_as_vllm_bench_names_them(capsys, tmp_path):
+    """user53 #1: kvsim wrote `p99_9_ttft_ms` where `vllm bench serve` writes `p99.9_ttft_ms`, in `--json`,
+    `--save-result` and the table's column; a dashboard reading vLLM's keys found none in kvsim's."""
+    pcts = [0.5, 25.0, 99.0, 99.9, 99.99]
+    argv = [
+        *SMALL,
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "0.5,25,99,99.9,99.99",
+    ]
+    keys = {f"p{_vllm_p_word(float(p))}_{m}_ms" for p in pcts for m in ("ttft", "tpot", "itl", "e2el")}
+    s = _json(capsys, argv)["serving"]
+    assert keys <= set(s)
+    assert "p99_9_ttft_ms" not in s
+    assert main([*argv, "--save-result", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    saved = json.loads(next(tmp_path.glob("*.json")).read_text())["serving"]
+    assert keys <= set(saved)
+    head = next(line for line in out.splitlines() if line.strip().startswith("mean"))
+    assert head.split()[3:] == ["p0.5", "p25", "p99", "p99.9", "p99.99"]
+    assert main(["run", "--help"]) == 0
+    assert "named as vllm bench serve names them: p99, p99.9 (--json: p99.9_ttft_ms)" in " ".join(
+        capsys.readouterr().out.split()
+    )
 
 
 def test_goodput_and_slo_attainment(capsys):
@@ -167,3 +199,46 @@ def test_a_default_run_says_its_scheduling_is_synchronous_where_vllms_is_not(cap
             "synchronously, as its note says) or set it off (--no-async-scheduling: vLLM's synchronous deployment)"
         )
     assert said([*base, "--policy", "orca-max", "--max-model-len", "8192"]) == []
+
+
+def test_the_latency_table_and_json_say_what_the_times_are(capsys):
+    """user53 #7: a datasheet roofline's times (no calibration) read as measurements, to four figures, in
+    a table headed `latency (ms)`; the heading and `--json` now say they are optimistic bounds, a
+    calibration's that they are calibrated, and no number changes."""
+    llama = ["run", "--model", "llama-3.1-8b", "--workload", "sharegpt:arrival_rate=4", "--requests", "100"]
+    for gpu, cal, times in (
+        ("h100-80gb", None, "datasheet roofline: optimistic bounds"),
+        ("rtx-pro-6000", "rtx-pro-6000-llama-3.1-8b", "roofline calibrated by rtx-pro-6000-llama-3.1-8b"),
+    ):
+        argv = [*llama, "--gpu", gpu, *(["--calibration", cal] if cal else [])]
+        data = _json(capsys, argv)
+        assert data["time_model"] == {"name": "roofline", "calibrated": cal is not None, "times": times}
+        assert main(argv) == 0
+        out = capsys.readouterr().out.splitlines()
+        head = out.index(f"== latency (ms; {times}) ==")
+        ttft = out[head + 2].split()
+        assert ttft[0] == "TTFT"
+        assert float(ttft[1]) == pytest.approx(data["serving"]["mean_ttft_ms"], rel=1e-3)
+    ticks = _json(capsys, [*SMALL])["time_model"]
+    assert ticks["name"] == "ticks"
+    assert ticks["calibrated"] is False
+    assert "not a GPU's time" in ticks["times"]
+
+
+def test_enforce_eager_says_its_steps_are_timed_as_graphs(capsys):
+    """user53 #12: `--enforce-eager` gave more KV blocks and byte-identical latencies with no word that the
+    time model prices no launch overhead; a timed eager run now says it shows only the memory side, and
+    the flag's help says the same. The numbers themselves stay (no eager overhead is priced)."""
+    argv = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--max-model-len", "8192"]
+    argv += ["--workload", "sharegpt:arrival_rate=1", "--requests", "40"]
+    graphs, eager = _json(capsys, argv), _json(capsys, [*argv, "--enforce-eager"])
+    assert eager["pool_sizing"] != graphs["pool_sizing"]
+    assert eager["serving"]["mean_tpot_ms"] == graphs["serving"]["mean_tpot_ms"]
+    said = [n for n in eager["notes"] if n.startswith("enforce_eager:")]
+    assert len(said) == 1
+    assert "times an eager run's steps as a graph-captured run's" in said[0]
+    assert "only the memory side" in said[0]
+    assert not [n for n in graphs["notes"] if n.startswith("enforce_eager:")]
+    assert main(["run", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "timed as a graph-captured run's" in help_text

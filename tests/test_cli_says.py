@@ -112,7 +112,7 @@ def test_a_run_without_a_gpu_says_its_times_are_ticks(capsys):
     )
     out = capsys.readouterr().out
     assert "ticks" not in out
-    assert "== latency (ms) ==" in out
+    assert "== latency (ms; datasheet roofline: optimistic bounds) ==" in out
     # A GPU named with ticks chosen, or without a model: the line and the note say so (they said "no GPU
     # named" and told the user to name the GPU they had named).
     for extra, why in (
@@ -211,14 +211,17 @@ def test_a_sweeps_intervals_say_what_they_are_and_flag_a_share_past_its_bounds(c
     lines = capsys.readouterr().out.splitlines()
     header, rows = printed_table(lines)
     marked = 0
-    past = " (past 0..100 %)"
+    past, below = " (past 0..100 %)", " (past 0)"
     assert header[:3] == ["block_size", "num_blocks", "n_seeds"]
     for name in header[3:]:
         for cell in (r[header.index(name)] for r in rows):
-            mean, ci = (float(x.replace(",", "")) for x in cell.removesuffix(past).split(" ± "))
+            text = cell.removesuffix(past).removesuffix(below)
+            mean, ci = (float(x.replace(",", "")) for x in text.split(" ± "))
             bound = 100 if is_share(name) else 1
             beyond = mean - ci < 0 or mean + ci > bound
             assert cell.endswith(past) == (beyond and name.startswith("slo_attainment")), (name, cell)
+            # (user53 #11: every other metric here cannot be negative: an interval below 0 is marked too)
+            assert cell.endswith(below) == (not is_share(name) and mean - ci < 0), (name, cell)
             marked += cell.endswith(past)
     assert marked  # (this sweep has one: slo_attainment 4.5 ± 6.4)
     legend = [ln for ln in lines if ln.startswith(("mean over ", past.strip() + ": "))]

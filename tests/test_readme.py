@@ -265,19 +265,26 @@ def test_the_readmes_verdict_summary_is_claims_md():
     bench.sweep`, says: a count must not outlive the run that made it (the README once gave none)."""
     text = " ".join((ROOT / "README.md").read_text().split())
     claims = (ROOT / "results" / "claims.md").read_text()
-    total = re.search(r"\*\*(\d+) claims: (\d+) CONFIRMED, (\d+) DIFFERS, (\d+) NOT TESTABLE\.\*\*", claims)
+    total = re.search(
+        r"\*\*(\d+) claims: (\d+) CONFIRMED, (\d+) INCONCLUSIVE, (\d+) DIFFERS, (\d+) NOT TESTABLE\.\*\*",
+        claims,
+    )
     assert total, "claims.md's summary line"
     m = re.search(
-        r"Of its (\d+) claims (\d+) are CONFIRMED, (\d+) DIFFER and (\d+) are NOT TESTABLE \([^)]*\)\. The DIFFERS "
-        r"claims: ((?:`[A-Za-z0-9.-]+`,? ?)+)\.",
+        r"Of its (\d+) claims (\d+) are CONFIRMED, (\d+) are INCONCLUSIVE, (\d+) DIFFER and (\d+) are NOT TESTABLE "
+        r"\([^)]*\)\..*?the INCONCLUSIVE claims: (.*?)\. The DIFFERS claims: ((?:`[A-Za-z0-9.-]+`,? ?)+)\.",
         text,
     )
     assert m, "the README's verdict summary"
-    assert m.groups()[:4] == total.groups()
+    assert m.groups()[:5] == total.groups()
     rows = dict(re.findall(r"^\| ([A-Za-z0-9.-]+) \|.*\| \*\*([A-Z ]+)\*\* \|$", claims, re.M))
     differs = {k for k, v in rows.items() if v == "DIFFERS"}
-    assert set(re.findall(r"`([A-Za-z0-9.-]+)`", m.group(5))) == differs
-    assert len(differs) == int(total.group(3))
+    assert set(re.findall(r"`([A-Za-z0-9.-]+)`", m.group(7))) == differs
+    assert len(differs) == int(total.group(4))
+    inconclusive = {k for k, v in rows.items() if v == "INCONCLUSIVE"}
+    named = set(re.findall(r"`([A-Za-z0-9.-]+)`", m.group(6))) & set(rows)
+    assert named == inconclusive
+    assert len(inconclusive) == int(total.group(3))
 
     def ours(cid: str) -> str:
         row = next(line for line in claims.splitlines() if line.startswith(f"| {cid} |"))

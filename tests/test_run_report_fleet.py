@@ -79,7 +79,7 @@ def test_run_latency_table_shows_queueing_as_plan_bounds_it(capsys):
     argv += ["--requests", "300", "--metric-percentiles", "50,90,99,99.9"]
     assert main(argv) == 0
     out = capsys.readouterr().out.splitlines()
-    head = out.index("== latency (ms) ==")
+    head = out.index("== latency (ms; datasheet roofline: optimistic bounds) ==")
     cols = out[head + 1].split()
     row = next(x for x in out[head:] if x.startswith("  QUEUEING")).split()[1:]
     assert main([*argv, "--json"]) == 0
@@ -88,5 +88,5 @@ def test_run_latency_table_shows_queueing_as_plan_bounds_it(capsys):
     for col, key in (("mean", "mean"), ("median", "p50"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99")):
         assert float(shown[col].replace(",", "")) == pytest.approx(1000 * s[f"queueing_s_{key}"], rel=1e-3)
     assert shown["std"] == "-"
-    assert shown["p99_9"] == "-"
+    assert shown["p99.9"] == "-"
     assert s["queueing_s_p99"] > 0

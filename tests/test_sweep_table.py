@@ -47,12 +47,14 @@ def test_one_seed_prints_shares_in_percent_and_counts_whole_and_keeps_the_rows_r
             elif isinstance(value, int):
                 assert shown == f"{value:,}", (name, shown, value)  # (no ".0")
             else:
-                assert float(shown.replace(",", "")) == pytest.approx(value, rel=1e-3), (name, shown)
+                # (a request's latency in run's ms, the rows' seconds times 1,000: user53 #11)
+                scale = 1000 if name == "e2e_s_p99" else 1
+                assert float(shown.replace(",", "")) == pytest.approx(scale * value, rel=1e-3), (name, shown)
     # Each column's unit under its name: run's where run prints the metric.
     said = dict(zip(names, units, strict=True))
     assert said["kv_utilization"] == said["peak_allocated_fraction"] == "%"
     assert said["throughput_rps"] == "req/s"
-    assert said["e2e_s_p99"] == "s"
+    assert said["e2e_s_p99"] == "ms"  # (run's latency table: ms; it printed seconds under "s")
     assert said["mean_batch"] == said["peak_batch"] == "sequences"
     assert said["rejected"] == "requests"
     assert said["preemptions"] == ""  # (run's bare count)
@@ -87,7 +89,16 @@ def test_a_cell_is_its_mean_in_runs_units():
     assert cell(159.5, 6.35, "count", 2, 2) == "159.5 ± 6.3"
     assert cell(3.0, 0.0, "count", 1, 2) == "3 ± 0 (1 of 2)"
     assert cell(None, None, "value", 0, 2) == "null"
-    assert unit("ttft_s_p50") == unit("load_wait_s_mean") == "s"
+    # a request's latencies in ms as run prints them (its latency table, the tier's load wait), durations
+    # and totals in s
+    for metric in ("ttft_s_p50", "tpot_s_p99", "e2e_s_mean", "queueing_s_p99", "load_wait_s_mean"):
+        assert unit(metric) == "ms", metric
+    assert unit("load_wait_s_total") == unit("makespan_s") == "s"
+    # an interval below 0 of a quantity that cannot be negative is marked, as a share's past 0..100 % is
+    assert cell(56.01, 650.0, "value", 2, 2, nonnegative=True) == "56.01 ± 650 (past 0)"
+    assert cell(56.01, 650.0, "value", 2, 2) == "56.01 ± 650"
+    assert cell(56.01, 5.0, "value", 2, 2, nonnegative=True) == "56.01 ± 5.0"
+    assert cell(1.5, 2.0, "count", 2, 2, nonnegative=True) == "1.5 ± 2.0 (past 0)"
     assert unit("recomputed_tokens") == "tokens"
     assert unit("slo_attainment_ttft") == "%"
 

@@ -2,7 +2,8 @@
 
 Each claim row holds the source's number (quoted from the paper or the seed simulators, with where), ours (computed here
 from the engine's summaries, never typed in), the command that reproduces ours, the tolerance (stated
-before the run, in `Claim.tolerance`) and a verdict: CONFIRMED, DIFFERS, or NOT TESTABLE with the reason.
+before the run, in `Claim.tolerance`) and a verdict: CONFIRMED, INCONCLUSIVE (an order
+shown only through its tolerance's slack), DIFFERS, or NOT TESTABLE with the reason.
 
 Every experiment is a sweep (`kvsim.analysis.sweep`): all their points run in one thread pool, then each
 experiment's rows land in `results/claims/<experiment>.parquet`, which `kvsim.analysis.plots` reads. A point
@@ -39,6 +40,7 @@ from kvsim.analysis.claims_hybrid import hybrid_claims
 from kvsim.analysis.claims_model import (
     CONFIRMED,
     DIFFERS,
+    INCONCLUSIVE,
     NOT_TESTABLE,
     PAPER_FIG2,
     PAPER_FIG13,
@@ -268,6 +270,7 @@ def run_claims(
 __all__ = [
     "CONFIRMED",
     "DIFFERS",
+    "INCONCLUSIVE",
     "NOT_TESTABLE",
     "PAPER_FIG2",
     "PAPER_FIG13",

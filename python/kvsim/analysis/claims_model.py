@@ -21,6 +21,10 @@ from kvsim.analysis.sweep_stats import aggregate
 from kvsim.errors import InvalidArgumentError
 
 CONFIRMED, DIFFERS, NOT_TESTABLE = "CONFIRMED", "DIFFERS", "NOT TESTABLE"
+# A claim of an order (a rise, a fall, "at least as high") whose order our numbers show only through the
+# slack its tolerance allows: within the slack (the numbers' precision) they cannot tell the order.
+INCONCLUSIVE = "INCONCLUSIVE"
+VERDICTS = (CONFIRMED, INCONCLUSIVE, DIFFERS, NOT_TESTABLE)
 PAPER = "Kwon et al., SOSP 2023 (arXiv 2309.06180)"
 GIB = 2**30
 # The paper's Orca baselines place regions with a buddy allocator (SPEC §2); paged policies ignore it.
@@ -137,7 +141,7 @@ class ClaimsReport:
     plots: list[Path] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
-        out = {CONFIRMED: 0, DIFFERS: 0, NOT_TESTABLE: 0}
+        out = dict.fromkeys(VERDICTS, 0)
         for c in self.claims:
             out[c.verdict] = out.get(c.verdict, 0) + 1
         return out
@@ -158,8 +162,8 @@ class ClaimsReport:
     def summary_line(self) -> str:
         c = self.counts()
         return (
-            f"{self.path}: {len(self.claims)} claims, {c[CONFIRMED]} CONFIRMED, {c[DIFFERS]} DIFFERS, "
-            f"{c[NOT_TESTABLE]} NOT TESTABLE ({self.wall_s:.0f} s); {len(self.plots)} plots"
+            f"{self.path}: {len(self.claims)} claims, {c[CONFIRMED]} CONFIRMED, {c[INCONCLUSIVE]} INCONCLUSIVE, "
+            f"{c[DIFFERS]} DIFFERS, {c[NOT_TESTABLE]} NOT TESTABLE ({self.wall_s:.0f} s); {len(self.plots)} plots"
         )
 
 
@@ -241,6 +245,28 @@ def within_rel(ours: float, source: float, rel: float) -> str:
 
 def within_abs(ours: float, source: float, tol: float) -> str:
     return CONFIRMED if abs(ours - source) <= tol else DIFFERS
+
+
+def order_verdict(holds: bool, within_slack: bool) -> str:
+    """The verdict on a claim of an order (DESIGN.md §Claims): CONFIRMED where our numbers show the order
+    itself (`holds`), INCONCLUSIVE where they show it only through the slack the tolerance allows
+    (`within_slack`: within the numbers' precision, which way they go cannot be told), DIFFERS otherwise."""
+    return CONFIRMED if holds else INCONCLUSIVE if within_slack else DIFFERS
+
+
+def slack_pairs(values: Sequence[float], increasing: bool, labels: Sequence[Any]) -> list[str]:
+    """The neighbouring pairs of `values` that go against the order (`increasing` or not) at all, labelled
+    `"a -> b"` by `labels`: where a check with slack passes only through its slack."""
+    return [
+        f"{la} -> {lb}"
+        for (la, a), (lb, b) in itertools.pairwise(zip(labels, values, strict=True))
+        if (b < a if increasing else b > a)
+    ]
+
+
+def order_note(pairs: Sequence[str], what: str) -> str:
+    """A note naming the pairs whose order only the slack admits ("" for none)."""
+    return f"{what} against the stated order, within the slack: {', '.join(pairs)}" if pairs else ""
 
 
 def monotone(values: Sequence[float], increasing: bool, slack: float = 0.02) -> bool:

@@ -46,13 +46,14 @@ from typing import Any
 import polars as pl
 
 from kvsim.analysis.claims_model import (
-    CONFIRMED,
     DIFFERS,
+    INCONCLUSIVE,
     Claim,
     Experiment,
     Results,
     feature_error,
     not_testable,
+    order_verdict,
 )
 from kvsim.analysis.claims_pd_setup import (
     ATTAINMENT,
@@ -336,12 +337,14 @@ def pd_claims(results: Mapping[str, Results], scale: float = 1.0) -> list[Claim]
                     claim = (f"{label}, {MODEL} on {GPU}: under a tight TPOT SLO the best disaggregated split "
                              "serves more goodput per GPU than the best aggregated fleet" + scope)  # fmt: skip
                     value = "disaggregated > aggregated (DistServe: up to 7.4x goodput)"
-                    tol = f"ratio > {1 + WIN_MARGIN:g} at the tightest TPOT level"
+                    tol = (f"ratio > {1 + WIN_MARGIN:g} at the tightest TPOT level (INCONCLUSIVE from "
+                           f"{1 / (1 + WIN_MARGIN):.3g}: within the knees' {WIN_MARGIN:.0%} precision)")  # fmt: skip
                 else:
                     claim = (f"{label}, {MODEL} on {GPU}: under loose SLOs disaggregation does not win "
                              "(the aggregated fleet's goodput per GPU is at least as high)" + scope)  # fmt: skip
                     value = "disaggregated <= aggregated"
-                    tol = f"ratio <= {1 + WIN_MARGIN:g} at the loosest level"
+                    tol = (f"ratio <= 1 at the loosest level (INCONCLUSIVE up to {1 + WIN_MARGIN:g}: within the "
+                           f"knees' {WIN_MARGIN:.0%} precision)")  # fmt: skip
                 if res is None or res.error or not res.frame.height:
                     why = "not run" if res is None else (res.error or "no rows")
                     out.append(not_testable(cid, claim, source, value, tol, cmd, why))
@@ -357,7 +360,14 @@ def pd_claims(results: Mapping[str, Results], scale: float = 1.0) -> list[Claim]
                            else "the splits") + " (every probe failed or passed)")  # fmt: skip
                     out.append(not_testable(cid, claim, source, value, tol, cmd, why))
                     continue
-                ok = ratio > 1 + WIN_MARGIN if kind == "tight" else ratio <= 1 + WIN_MARGIN
+                # The sentence's order, and the band of the knees' precision around 1 where it cannot be told
+                # (DESIGN.md §Claims: a claim of an order shown only through its slack is INCONCLUSIVE).
+                if kind == "tight":
+                    holds, within = ratio > 1 + WIN_MARGIN, ratio >= 1 / (1 + WIN_MARGIN)
+                else:
+                    holds, within = ratio <= 1, ratio <= 1 + WIN_MARGIN
+                verdict = order_verdict(holds, within)
+                ok = verdict != DIFFERS
                 ours = f"{ratio:.2f}x ({_fleet(lv['disaggregated'])} vs {_fleet(lv['aggregated'])})"
                 if lv["left_out"]:
                     ours += f"; sustained knees only: {len(lv['left_out'])} of {lv['fleets']} fleets left out"
@@ -378,6 +388,12 @@ def pd_claims(results: Mapping[str, Results], scale: float = 1.0) -> list[Claim]
                         f"; left out at this level, knees from runs shorter than {SUSTAINED:g}x a request's "
                         f"latency bound: {', '.join(_name(f) for f in lv['left_out'])}"
                     )
+                    c = lv["counted"]
+                    if c["ratio"] is not None:
+                        note += (
+                            f"; counted, they would give {c['ratio']:.2f}x ({_fleet(c['disaggregated'])} vs "
+                            f"{_fleet(c['aggregated'])})"
+                        )
                 # Fleets with no knee at this level: every probe failed, even the least rate (a trace's
                 # bursts keep their size at any rate: the base run is not unloaded for them).
                 floor = g.filter((pl.col("level") == lv["level"]) & pl.col("knee_rate").is_null())
@@ -389,9 +405,12 @@ def pd_claims(results: Mapping[str, Results], scale: float = 1.0) -> list[Claim]
                     note += f"; no knee at this level (every probe failed) for {', '.join(names)}"
                 if not ok:
                     note += "; " + _why_differs(kind, g.filter(pl.col("level") == lv["level"]), lv)
-                out.append(
-                    Claim(cid, claim, source, value, ours, tol, CONFIRMED if ok else DIFFERS, cmd, note)
-                )
+                if verdict == INCONCLUSIVE:
+                    note += (
+                        f"; {ratio:.3f}x is within the knees' {WIN_MARGIN:.0%} precision of 1 (one seed): the "
+                        "numbers cannot tell which family serves more per GPU"
+                    )
+                out.append(Claim(cid, claim, source, value, ours, tol, verdict, cmd, note))
     return out
 
 

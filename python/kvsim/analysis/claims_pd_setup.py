@@ -45,7 +45,8 @@ def comparison(frame: pl.DataFrame, workload: str) -> list[dict[str, Any]]:
     and their ratio (`best_per_gpu`), over the sustained knees (a row without a `sustained` column counts
     as sustained); `left_out`, the fleets whose knee was not sustained; `plateau`, per family: (its best
     among fleets of at most `MAX_GPUS - PLATEAU_STEP` GPUs, its best among all, the most GPUs of a fleet
-    with a sustained knee), each best a (fleet, per GPU) or None."""
+    with a sustained knee), each best a (fleet, per GPU) or None; `counted`, `best_per_gpu` with the
+    left-out fleets' knees counted too (which way they would turn the comparison)."""
     f = frame.filter(pl.col("workload") == workload)
     out: list[dict[str, Any]] = []
     for idx in sorted(set(f["level_index"].to_list())):
@@ -61,6 +62,10 @@ def comparison(frame: pl.DataFrame, workload: str) -> list[dict[str, Any]]:
             else:
                 knees[fleet] = r["knee_rate"]
         best = best_per_gpu(knees, tp)
+        # (the same with the left-out fleets' knees counted: which way the comparison would go, user53 #8)
+        counted = best_per_gpu(
+            {(r["prefill"], r["decode"]): r["knee_rate"] for r in g.iter_rows(named=True)}, tp
+        )
         cap = max(p + d for p, d in knees) * tp
         below = best_per_gpu({k: v for k, v in knees.items() if (k[0] + k[1]) * tp <= cap - PLATEAU_STEP}, tp)
         plateau: dict[str, tuple[Any, Any, int]] = {}
@@ -69,7 +74,7 @@ def comparison(frame: pl.DataFrame, workload: str) -> list[dict[str, Any]]:
             plateau[key] = (below[key], best[key], max(sized, default=0))
         out.append({"level": g["level"][0], "level_index": idx, "tpot_slo_ms": g["tpot_slo_ms"][0],
                     "ttft_slo_ms": g["ttft_slo_ms"][0], **best, "left_out": left_out, "plateau": plateau,
-                    "max_gpus": cap, "fleets": len(knees)})  # fmt: skip
+                    "max_gpus": cap, "fleets": len(knees), "counted": counted})  # fmt: skip
     return out
 
 

@@ -13,8 +13,10 @@ import polars as pl
 from kvsim.analysis.claims_model import (
     CONFIRMED,
     DIFFERS,
+    INCONCLUSIVE,
     NOT_TESTABLE,
     PAPER,
+    VERDICTS,
     Claim,
     Experiment,
     Results,
@@ -26,7 +28,7 @@ def render(claims: Sequence[Claim], exps: Sequence[Experiment], results: Mapping
            scale: float, wall_s: float, reused: bool = False) -> str:  # fmt: skip
     """claims.md as text. With `reused` (`kvsim claims --reuse`) the values come from an earlier run's
     rows, re-read, and the machine and wall time are the re-read's: the header says so."""
-    counts = {v: sum(c.verdict == v for c in claims) for v in (CONFIRMED, DIFFERS, NOT_TESTABLE)}
+    counts = {v: sum(c.verdict == v for c in claims) for v in VERDICTS}
     where = "an earlier run's rows (results/claims/*.parquet)" if reused else "this run"
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     lines = [
@@ -42,8 +44,12 @@ def render(claims: Sequence[Claim], exps: Sequence[Experiment], results: Mapping
             else f"Machine: {machine}; wall time {wall_s:.0f} s."
         ),
         "",
-        f"**{len(claims)} claims: {counts[CONFIRMED]} CONFIRMED, {counts[DIFFERS]} DIFFERS, "
-        f"{counts[NOT_TESTABLE]} NOT TESTABLE.**",
+        f"**{len(claims)} claims: {counts[CONFIRMED]} CONFIRMED, {counts[INCONCLUSIVE]} INCONCLUSIVE, "
+        f"{counts[DIFFERS]} DIFFERS, {counts[NOT_TESTABLE]} NOT TESTABLE.**",
+        "",
+        "INCONCLUSIVE: a claim of an order (a rise, a fall, one at least as high as another) that our numbers",
+        "show only through the slack its tolerance allows, the numbers' precision: within it they cannot tell",
+        "the order (the row's note names the values that go against it).",
         "",
         "Token share (Fig. 2) = stored tokens / (allocated + externally fragmented memory), time-weighted over",
         "busy time; ± is the 95 % confidence half-width across seeds (Student's t).",

@@ -23,7 +23,10 @@ from kvsim.analysis.claims_model import (
     Results,
     monotone,
     not_testable,
+    order_note,
+    order_verdict,
     pct,
+    slack_pairs,
     ticks_of,
 )
 from kvsim.analysis.sweep import make_workload
@@ -141,11 +144,24 @@ def seed_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
         sizes, frag = res.series("internal_fragmentation", "block_size")
         _, pre = res.series("preemptions", "block_size")
         ok = monotone(frag, True) and monotone(pre, False, slack=0.05)
+        against = [order_note(slack_pairs(frag, True, sizes), "fragmentation"),
+                   order_note(slack_pairs(pre, False, sizes), "preemptions")]  # fmt: skip
         ours = "; ".join(
             f"{b}: {pct(f)} int. frag, {p:.0f} preemptions" for b, f, p in zip(sizes, frag, pre, strict=True)
         )
+        verdict = order_verdict(ok and not any(against), ok)
         out.append(
-            Claim("S-block-size", claim, src, "qualitative", ours, tol, CONFIRMED if ok else DIFFERS, cmd)
+            Claim(
+                "S-block-size",
+                claim,
+                src,
+                "qualitative",
+                ours,
+                tol,
+                verdict,
+                cmd,
+                "; ".join(a for a in against if a),
+            )
         )
     res = r["seed-prefix-sharing"]
     cmd = res.experiment.command(scale)
@@ -163,6 +179,9 @@ def seed_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
         _, off = res.series("throughput_rps", "workload.sharing_ratio", enable_prefix_caching=False)
         gain = [a / b for a, b in zip(on, off, strict=True)]
         ok = monotone(hit, True) and monotone(saved, True) and monotone(gain, True)
+        against = [order_note(slack_pairs(v, True, ratios), name)
+                   for v, name in ((hit, "hit rate"), (saved, "blocks saved"), (gain, "throughput gain"))]  # fmt: skip
+        against = [a for a in against if a]
         ours = "; ".join(
             f"{100 * s:.0f} %: hit {pct(h)}, saved {b:.0f} blocks, {g:.2f}x throughput"
             for s, h, b, g in zip(ratios, hit, saved, gain, strict=True)
@@ -171,7 +190,7 @@ def seed_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
             "throughput gain = caching on / off on the same workload (a system prompt lengthens the prompts, "
             "so raw req/s across ratios compares different work); at 0 % the hits are preempted requests "
             "finding their own blocks"
-        )
+        ) + "".join(f"; {a}" for a in against)
         out.append(
             Claim(
                 "S-prefix-sharing",
@@ -180,7 +199,7 @@ def seed_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
                 "qualitative",
                 ours,
                 tol,
-                CONFIRMED if ok else DIFFERS,
+                order_verdict(ok and not against, ok),
                 cmd,
                 note,
             )
@@ -198,11 +217,23 @@ def seed_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
         blocks, thr = res.series("throughput_rps", "num_blocks")
         _, p99 = res.series("e2e_s_p99", "num_blocks")
         ok = monotone(thr, True) and monotone(p99, False)
+        against = [order_note(slack_pairs(thr, True, [b - 1 for b in blocks]), "throughput"),
+                   order_note(slack_pairs(p99, False, [b - 1 for b in blocks]), "P99 E2E")]  # fmt: skip
         ours = "; ".join(
             f"{b - 1}: {t:.1f} req/s, P99 {p:.2f} s" for b, t, p in zip(blocks, thr, p99, strict=True)
         ) + (f" ({fmt_duration_ps(tick)} ticks: times count steps)" if (tick := ticks_of(res)) else "")
         out.append(
-            Claim("S-memory-budget", claim, src, "qualitative", ours, tol, CONFIRMED if ok else DIFFERS, cmd)
+            Claim(
+                "S-memory-budget",
+                claim,
+                src,
+                "qualitative",
+                ours,
+                tol,
+                order_verdict(ok and not any(against), ok),
+                cmd,
+                "; ".join(a for a in against if a),
+            )
         )
     return out
 
@@ -325,17 +356,24 @@ def trace_claims(r: Mapping[str, Results], scale: float) -> list[Claim]:
             and all(h <= top + 1e-9 for h, (top, _) in zip(hit, tops, strict=True))
             and ceiling - hit[-1] <= 0.05
         )
+        against = order_note(
+            slack_pairs(hit, True, [(b - 1) * 16 // 1024 for b in blocks]), "hit rate (K tokens)"
+        )
         ours = "; ".join(
             f"{(b - 1) * 16 // 1024}K tokens: {pct(h)}" for b, h in zip(blocks, hit, strict=True)
         )
         _, pre = res.series("preemptions", "num_blocks", workload=trace)
         note = (
-            "hit rate over the prompt tokens of first admissions (a resumed request re-finding its own "
-            "blocks is not counted); preemptions per size: " + ", ".join(f"{p:.0f}" for p in pre)
-        ) + (f"; NOT COMPARABLE: {why}" if why else "")
+            (
+                "hit rate over the prompt tokens of first admissions (a resumed request re-finding its own "
+                "blocks is not counted); preemptions per size: " + ", ".join(f"{p:.0f}" for p in pre)
+            )
+            + (f"; NOT COMPARABLE: {why}" if why else "")
+            + (f"; {against}" if against else "")
+        )
         out.append(
             Claim(f"T-{trace}", claim, "infinite-cache ceiling from the trace's hash_ids (computed, not the engine)",
-                  pct(ceiling), ours, tol, CONFIRMED if ok else DIFFERS, cmd, note)
+                  pct(ceiling), ours, tol, order_verdict(ok and not against, ok), cmd, note)
         )  # fmt: skip
     res = r["trace-azure"]
     cmd = res.experiment.command(scale)

@@ -14,7 +14,18 @@ from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
 
-from kvsim.analysis.claims_model import CONFIRMED, DIFFERS, Claim, Experiment, Results, not_testable, pct
+from kvsim.analysis.claims_model import (
+    CONFIRMED,
+    DIFFERS,
+    Claim,
+    Experiment,
+    Results,
+    not_testable,
+    order_note,
+    order_verdict,
+    pct,
+    slack_pairs,
+)
 from kvsim.analysis.claims_seed import admitted, checked_ceiling, experiment_max_model_len, mooncake_ceiling
 from kvsim.analysis.sweep import make_workload
 from kvsim.model.config import SimConfig
@@ -189,7 +200,7 @@ def tier_claims(results: Mapping[str, Results], scale: float) -> list[Claim]:
             continue
         rows = trace_rows(res, trace, scale)
         ok = True
-        tops, parts, notes, realistic = [], [], [], []
+        tops, parts, notes, realistic, against = [], [], [], [], []
         for pool in POOLS:
             top, why = ceiling(res, rows, pool, workload=label, num_blocks=pool)
             rates = [
@@ -197,6 +208,8 @@ def tier_claims(results: Mapping[str, Results], scale: float) -> list[Claim]:
             ]
             ok &= why is None
             ok &= all(b >= a - 0.01 for a, b in pairwise(rates))
+            pairs = slack_pairs(rates, True, [_short(t) for t in TIER_TOKENS])
+            against += [order_note(pairs, f"{pool_label(pool)} hit rate")] if pairs else []
             ok &= all(r <= top + CEILING_SLACK for r in rates) and top - rates[-1] <= MARGIN
             rejected = admitted(rows, pool - 1, max_model_len=experiment_max_model_len(res)).count(False)
             tops.append(f"{pool_label(pool)}: {pct(top)}")
@@ -214,7 +227,8 @@ def tier_claims(results: Mapping[str, Results], scale: float) -> list[Claim]:
         out.append(
             Claim(cid, claim, source, "; ".join(tops),
                   "; ".join(parts) + f"; a realistic {tier_label(REALISTIC_TIER_TOKENS)} tier: "
-                  + ", ".join(realistic), tol, CONFIRMED if ok else DIFFERS, cmd,
+                  + ", ".join(realistic), tol, order_verdict(ok and not against, ok), cmd,
+                  "".join(f"{a}; " for a in against) +
                   f"tier sizes in tokens: {', '.join(tier_label(t) for t in TIER_TOKENS[1:])} (Llama-3.1-8B, "
                   f"{token_bytes() // 1024} KiB a token); realistic: {HOST_MEMORY_SOURCE}; "
                   "hits (GPU + tier) over the prompt tokens of first admissions; each pool's ceiling is an "

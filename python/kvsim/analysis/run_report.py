@@ -21,6 +21,14 @@ from kvsim.analysis.steady_state import (
 )
 from kvsim.model.units import fmt_count
 
+# What --enforce-eager changes in a timed run, and what it does not (DESIGN.md §Time model).
+EAGER_NOTE = (
+    "enforce_eager: kvsim times an eager run's steps as a graph-captured run's (its time model prices no "
+    "kernel-launch overhead, which vLLM's CUDA graphs remove in decode), so against a run with graphs this one "
+    "shows only the memory side, the CUDA-graph memory returned to the KV cache; a real eager run's decode "
+    "steps are slower"
+)
+
 
 def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]) -> None:
     """What the user should know about this run's answer (appended to `notes`; DESIGN.md §Defaults).
@@ -48,6 +56,8 @@ def run_notes(result: Any, workload: Any, info: dict[str, Any], notes: list[str]
             f"times are ticks ({why}): every step takes {tick} (time_model ticks, --iteration-time-ps), so "
             f"the duration, the throughputs and the latencies count steps, not a GPU's time; {how}"
         )
+    if cfg.enforce_eager and cfg.time_model != "ticks":  # (user53 #12: the flag looked free)
+        notes.append(EAGER_NOTE)
     if (scheduling := async_note(cfg)) is not None:
         notes.append(scheduling)
     if (imex := imex_note(cfg)) is not None:
@@ -503,8 +513,11 @@ def render_table(
     tick: str | None = None,
     replicas: tuple[int, int] = (1, 0),
     prefix_caching: bool = True,
+    times: str | None = None,
 ) -> str:
     """The human table: throughput, latency (ms), memory, cache and preemption groups, with units.
+    `times` (a GPU's time model: `SimConfig.time_record`'s words, `datasheet roofline: optimistic bounds`)
+    heads the latency group with what its times are, a bound or a calibrated estimate, not a measurement.
     Without prefix caching (`prefix_caching` False) the hit rates read "off", not a measured 0.0 %.
     `tick` (a run whose time model is ticks: its step's time, `1 ms`) heads the timed groups with it, so
     they read as ticks, not a GPU's time. The memory group's heading says what its figures are: weighted
@@ -557,7 +570,7 @@ def render_table(
                 f"summed over the {replicas[0]} replicas)"
             )
         if title == "throughput":
-            lines.append(f"== latency (ms{ticks}) ==")
+            lines.append(f"== latency (ms{ticks or (f'; {times}' if times else '')}) ==")
             cols = ["mean", "median", "std", *[_pct_key(p) for p in pcts]]
             lines.append("  " + " " * 8 + "".join(f"{c:>12}" for c in cols))
             for m in metrics:

@@ -485,7 +485,8 @@ def _run_parser(sub: Any) -> argparse.ArgumentParser:
         action=_CommaList,
         default="99",
         metavar="P1,P2,...",
-        help="percentiles of those metrics (default: 99)",
+        help="percentiles of those metrics (default: 99), named as vllm bench serve names them: p99, p99.9 "
+        "(--json: p99.9_ttft_ms)",
     )
     o.add_argument(
         "--goodput",

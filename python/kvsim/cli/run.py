@@ -667,6 +667,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "argv": getattr(args, "_argv", None),
         "pool": config.pool.line(),
         "time": config.time_line(),
+        "time_model": config.time_record(),  # (what the times are: a datasheet bound or calibrated, user53 #7)
         "calibration": config.calibration_record(),
         # vLLM's four start-up figures (DESIGN.md §Defaults and sizing), as vLLM logs them.
         "startup": config.pool.figures.lines() if config.pool.figures is not None else [],
@@ -685,7 +686,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     prefill_cfg = getattr(args, "prefill_sim_config", None)
     if prefill_cfg is not None:  # --prefill-config: the prefill pool's own pool and time
         out["prefill_pool"] = prefill_cfg.pool.line()
-        out["prefill_time"] = prefill_cfg.time_line()
+        out["prefill_time"], out["prefill_time_model"] = prefill_cfg.time_line(), prefill_cfg.time_record()
     if config.prefill_replicas > 0:
         # (the prefill replicas' whole config, as `config` is the decode replicas' (theirs too without
         # --prefill-config): it reads back with SimConfig.from_dict, so a record of a P/D run says what
@@ -776,7 +777,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         tick = fmt_duration_ps(config.iteration_time_ps) if config.time_model == "ticks" else None
         scope = (config.replicas, config.prefill_replicas)
         caching = config.enable_prefix_caching
-        print(render_table(serving, result.summary, pct_metrics, pcts, tick, scope, prefix_caching=caching))
+        times = None if tick else out["time_model"]["times"]
+        print(render_table(serving, result.summary, pct_metrics, pcts, tick, scope, caching, times))
         for section in (render_groups(config, result.summary), render_tier(config, result.summary)):
             if section:
                 print(section)

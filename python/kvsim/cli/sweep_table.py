@@ -3,7 +3,8 @@ seeds, written as `kvsim run` writes the same quantities. A share (`sweep_stats.
 as run's `KV utilization 33.5 %` (it printed `kv_utilization 0.8221`); a count (an integer column of the
 rows: rejected, preemptions, evictions, ...) reads as a whole number where it is one, its mean over several
 seeds to one decimal where it is not (it printed `rejected 159.0`); other figures to four significant
-digits. Each column's unit is the line under its name, run's unit where run prints the metric. The rows
+digits; a request's latency in ms, as run's latency table (the rows' `ttft_s_p50` in seconds). Each column's
+unit is the line under its name, run's unit where run prints the metric. The rows
 written to parquet keep the raw values: only the printed table is in these units."""
 
 from __future__ import annotations
@@ -27,6 +28,23 @@ VERDICTS = ("overloaded",)
 `--show` prints `yes` / `no` where a point's seeds agree, else how many of them say yes (`sweep_table`)."""
 
 PAST_BOUNDS = "(past 0..100 %)"
+PAST_ZERO = "(past 0)"
+# `kvsim run` prints a request's latencies in ms (its latency table, the tier's load wait): the rows keep
+# seconds (`ttft_s_p50`), the table multiplies them by 1,000 under `ms`.
+LATENCY_PREFIXES = ("ttft", "tpot", "itl", "e2e", "queueing", "load_wait")
+# The units of quantities that cannot be negative: an interval reaching below 0 is marked `PAST_ZERO`.
+NONNEGATIVE_UNITS = (
+    "ms",
+    "s",
+    "s/token",
+    "req/s",
+    "tok/s",
+    "requests",
+    "tokens",
+    "sequences",
+    "steps",
+    "blocks",
+)
 TRANSPORT = "collective_transport"
 
 # Each metric's unit as `kvsim run` prints it (`run_report._GROUPS`: "%" for a share, "" for a bare
@@ -59,7 +77,8 @@ def unit(metric: str) -> str:
         return UNITS[metric]
     parts = metric.split("_")
     if parts[-1] == "s" or "s" in parts[1:-1]:
-        return "s"
+        # (a request's latency in ms, as run's latency table; a total such as load_wait_s_total in s)
+        return "ms" if metric.startswith(LATENCY_PREFIXES) and "total" not in parts else "s"
     if parts[-1] == "tokens":
         return "tokens"
     if parts[-1] == "blocks" or parts[0] == "blocks":
@@ -86,10 +105,13 @@ def fmt_value(v: float, kind: str) -> str:
     return _num(float(v), "%" if kind == "share" else "").removesuffix(" %")
 
 
-def cell(mean: float | None, ci: float | None, kind: str, n: int | None, n_seeds: int) -> str:
+def cell(
+    mean: float | None, ci: float | None, kind: str, n: int | None, n_seeds: int, nonnegative: bool = False
+) -> str:
     """One metric's cell: its mean (`fmt_value`), `± half-width` where it has one (a share's in percentage
-    points), `PAST_BOUNDS` after a share's whose interval passes 0 or 1, and `(k of n)` where only k of the
-    point's seeds had a value; "null" where none had."""
+    points), `PAST_BOUNDS` after a share's whose interval passes 0 or 1, `PAST_ZERO` after a `nonnegative`
+    quantity's (a latency, a rate, a count) whose interval reaches below 0, and `(k of n)` where only k of
+    the point's seeds had a value; "null" where none had."""
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "null"
     text = fmt_value(mean, kind)
@@ -97,6 +119,8 @@ def cell(mean: float | None, ci: float | None, kind: str, n: int | None, n_seeds
         text += f" ± {_two_figures(100 * ci if kind == 'share' else ci)}"
         if kind == "share" and (mean - ci < 0 or mean + ci > 1):
             text += f" {PAST_BOUNDS}"
+        elif kind != "share" and nonnegative and mean - ci < 0:
+            text += f" {PAST_ZERO}"
     if n is not None and n < n_seeds:
         text += f" ({n} of {n_seeds})"
     return text
@@ -180,8 +204,12 @@ def sweep_table(frame: Any, grid: Iterable[str], show: Sequence[str]) -> Any:
         else:
             kind = "share" if is_share(m) else "count" if m in counts else "value"
             cis = agg[f"{m}_ci95"].to_list()
+            if unit(m) == "ms":  # (the rows' seconds in run's ms)
+                means = [None if v is None else 1000 * v for v in means]
+                cis = [None if v is None else 1000 * v for v in cis]
             rows = zip(means, cis, ns, seeds, strict=True)
-            cells = [cell(mean, ci, kind, n, k) for mean, ci, n, k in rows]
+            nonneg = kind == "count" or unit(m) in NONNEGATIVE_UNITS
+            cells = [cell(mean, ci, kind, n, k, nonneg) for mean, ci, n, k in rows]
         cols[f"{m}\n{unit(m)}"] = pl.Series(cells, dtype=pl.String)
     return pl.DataFrame(cols)
 
@@ -210,5 +238,10 @@ def ci_legend(table: Any) -> list[str]:
         lines.append(
             f"{PAST_BOUNDS}: a share whose interval reaches below 0 % or above 100 %, printed as computed: "
             "the t-interval means little so near a share's bound; more seeds narrow it"
+        )
+    if any(table[c].str.contains(PAST_ZERO, literal=True).any() for c in cells):
+        lines.append(
+            f"{PAST_ZERO}: a quantity that cannot be negative (a latency, a rate, a count) whose interval reaches "
+            "below 0, printed as computed: its seeds disagree too much for the t-interval; more seeds narrow it"
         )
     return lines

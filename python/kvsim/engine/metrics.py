@@ -168,8 +168,11 @@ def goodput_label(slos: Mapping[str, float]) -> str:
 
 
 def _pct_key(p: float) -> str:
-    """`p99`, `p99_9`: the percentile's shortest exact decimal (`:g` rounded 99.99999 to `p100`)."""
-    return f"p{float(p)!r}".replace(".", "_") if not float(p).is_integer() else f"p{int(p)}"
+    """`p99`, `p99.9`: a percentile's label as vLLM 0.34.0's `vllm bench serve` writes it in its result keys
+    (`vllm/benchmarks/serve.py`: `str(int(p)) if int(p) == p else str(p)`, Python's shortest exact decimal;
+    `:g` once rounded 99.99999 to `p100`, and kvsim wrote `p99_9` until 2026-12-07)."""
+    p = float(p)
+    return f"p{int(p)}" if int(p) == p else f"p{p}"
 
 
 def _stats(name: str, values: np.ndarray, percentiles: Sequence[float], out: dict[str, Any]) -> None:

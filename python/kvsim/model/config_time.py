@@ -284,6 +284,32 @@ class ConfigTimeModel:
             f"{chunk:,} tokens {fmt_duration_ps(prefill)}"
         )
 
+    def time_record(self) -> dict[str, Any]:
+        """What a run's times are, for `--json` (`time_model`) and the latency table's heading: the time
+        model, whether measurements calibrate it (a calibration fitted on a profiled GPU), and a few words
+        saying what its times are (`datasheet roofline: optimistic bounds` for a roofline of datasheet
+        figures, which the validation runs put 15 % to 73 % under the measured means and medians:
+        results/validation.md). The
+        numbers are the same either way; the record says how to read them."""
+        from kvsim.model.units import fmt_duration_ps
+
+        calibrated = self.calibration is not None
+        if self.time_model == "ticks":
+            what = f"ticks: {fmt_duration_ps(self.iteration_time_ps)} a step, not a GPU's time"
+        elif self.time_model in ("linear", "calibrated"):
+            what = (
+                f"linear calibration {self.calibration}"
+                if calibrated
+                else "linear model of given coefficients"
+            )
+        elif getattr(self, "_hand_roofline", None) is not None:
+            what = "roofline of hand-set coefficients"
+        elif calibrated:
+            what = f"roofline calibrated by {self.calibration}"
+        else:
+            what = "datasheet roofline: optimistic bounds"
+        return {"name": self.time_model, "calibrated": calibrated, "times": what}
+
     def calibration_record(self) -> dict[str, Any] | None:
         """The calibration the time model uses, for `--json` (`calibration`): its name as given, the
         model and GPU it was fitted on (a linear one's device too), the profile and the file; None

@@ -535,7 +535,9 @@ KNOBS: dict[str, Knob] = {
     "enforce_eager": Knob(
         False,
         "bool",
-        "vLLM's --enforce-eager: no CUDA graphs, so no CUDA-graph memory is kept from the KV cache",
+        "vLLM's --enforce-eager: no CUDA graphs, so no CUDA-graph memory is kept from the KV cache; its steps "
+        "are timed as a graph-captured run's (the time model prices no kernel-launch overhead, which graphs "
+        "remove), so only the memory side of the flag shows",
     ),
     "language_model_only": Knob(
         False,

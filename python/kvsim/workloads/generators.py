@@ -439,11 +439,14 @@ def synthetic(
         length_params: that distribution's parameters.
         max_model_len: clip per-turn lengths so prompt + output <= this; None takes the preset's default
             (2048 for the paper presets, no clipping otherwise).
-        num_system_prompts: distinct shared system prompts (>= 1).
+        num_system_prompts: distinct shared system prompts (>= 1); another value than 1 without system
+            prompts (`system_prompt_len` 0), which never reads it, is refused.
         system_prompt_len: their length in tokens, one int for all or one per prompt; 0 disables them.
-        sharing_ratio: fraction of conversations that start with a system prompt, in [0, 1].
+        sharing_ratio: fraction of conversations that start with a system prompt, in [0, 1]; another
+            value than 1 without system prompts is refused.
         turns: turns per conversation (>= 1).
-        turn_interval: seconds between a conversation's turns (>= 0).
+        turn_interval: seconds between a conversation's turns (>= 0); another value than 30 with one
+            turn, which never reads it, is refused.
         num_samples: parallel samples per request (>= 1).
         beam_width: beam width (>= 1), stored as `num_samples` with `beam` set; excludes `num_samples`.
         max_tokens: `"exact"`, an int cap, `("fixed", cap)` or `("multiple", f)`.
@@ -501,6 +504,23 @@ def synthetic(
     sys_lens = _system_prompt_lens(system_prompt_len, num_system_prompts)
     if (sys_lens < 0).any() or (np.ptp(sys_lens) > 0 and (sys_lens == 0).any()):
         raise InvalidArgumentError(f"system_prompt_len {system_prompt_len} must be all 0 (off) or all >= 1")
+    # A parameter the table never reads here is refused, as burstiness without gamma is (user53 #10: a
+    # sweep over sharing_ratio without system prompts drew one flat line, silently).
+    if sys_lens[0] == 0:
+        for name, value, default in (
+            ("sharing_ratio", sharing_ratio, 1.0),
+            ("num_system_prompts", num_system_prompts, 1),
+        ):
+            if value != default:
+                raise InvalidArgumentError(
+                    f"{name} {value:g} applies with system prompts only: system_prompt_len 0 (no system "
+                    "prompt) never reads it; give system_prompt_len N for prompts of N shared tokens"
+                )
+    if turns == 1 and turn_interval != 30.0:
+        raise InvalidArgumentError(
+            f"turn_interval {turn_interval:g} applies to conversations of several turns only: turns 1 never "
+            "reads it; give turns N"
+        )
     if beam_width is not None:
         if num_samples != 1:
             raise InvalidArgumentError("give num_samples or beam_width, not both")

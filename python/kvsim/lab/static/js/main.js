@@ -75,6 +75,14 @@ function banner(msg) {
   el.textContent = msg || "";
 }
 
+/** A refusal's banner scrolled into view where it is off-screen: on a phone the field edited sits a screen
+ * below the banner, and the value's return to the run's own read as accepted (user53 #13). */
+function refusalInView() {
+  const el = $("banner");
+  const r = el.getBoundingClientRect();
+  if (r.top < 0 || r.bottom > window.innerHeight) el.scrollIntoView({ block: "start" });
+}
+
 /** A message as a sentence: its full stop added where it has none, so that the next one does not run on. */
 const sentence = (msg) => (/[.!?)]$/.test(msg.trim()) ? msg.trim() : `${msg.trim()}.`);
 
@@ -311,6 +319,7 @@ function inFieldUnits(err) {
 /** A change refused before a run: said in the banner, the controls back to the run shown. */
 function refuse(message) {
   banner(`${sentence(message)} ${STILL_SHOWN}`);
+  refusalInView();
   if (lab.replay) syncControls(lab.replay.bundle);
   lab.completed += 1;
   document.body.dataset.runs = String(lab.completed);
@@ -376,6 +385,7 @@ async function run(query, step, fromUrl = false, contigStep = null) {
       return;
     }
     banner(lab.replay ? `${sentence(message)} ${STILL_SHOWN}` : message);
+    refusalInView();
     $("lab").setAttribute("aria-busy", "false");
     if (lab.replay) syncControls(lab.replay.bundle); // the rejected change changed nothing
     lab.completed += 1;
