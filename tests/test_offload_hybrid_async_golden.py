@@ -9,8 +9,8 @@ transfers of zero duration, through 22 of the hybrid offload scenarios
 beside full attention; per batch that computed tokens, its start `t`, the tokens scheduled, every table in
 every group after its schedule, the loads and stores issued since the batch before that computed, with
 their keys, the chunks in the tier; and per batch launched, empty ones too, what it scheduled, loaded,
-stored, preempted and named finished). They are the evidence of the refusal of `async_scheduling` with a
-tier beside a hybrid model's KV-cache groups (`SimConfig`) until both engines replay them.
+stored, preempted and named finished). Both of kvsim's engines replay the same requests with
+`async_scheduling=True` and must make the same decisions with the same block ids.
 """
 
 from __future__ import annotations
@@ -18,12 +18,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+import kvsim
+from tests.test_offload_golden import workload_of
+from tests.test_offload_hybrid_golden import config_of as hybrid_config_of
+
 DATA = Path(__file__).parent / "data" / "vllm_offload_hybrid_async"
 SCENARIOS = sorted(p.stem for p in DATA.glob("*.json"))
 
 
 def load(name: str) -> dict:
     return json.loads((DATA / f"{name}.json").read_text())
+
+
+def config_of(sc: dict) -> kvsim.SimConfig:
+    return hybrid_config_of({**sc, "async_scheduling": False}).replace(async_scheduling=True)
 
 
 def test_every_async_recording_is_here():
@@ -41,6 +51,87 @@ def test_every_async_recording_is_here():
         assert all(any(st["stores"] for st in r["steps"]) for r in of), kind
         assert sum(r["flushes"] for r in of) >= 1, kind
         assert sum(r["preemptions"] for r in of) >= 1, kind
+
+
+def by_batch(res: kvsim.SimResult, steps: int, groups: int) -> list[dict]:
+    """After each schedule of a batch that computed tokens, before the output of the batch in flight
+    arrives, as the recorder reads vLLM: every request's held blocks per group, the loads and stores
+    issued since the batch before and the chunks in the tier, from the event log (its `step` column counts
+    the steps that computed tokens before a row). A finisher's frees at the output after the next schedule
+    carry that schedule's step; they are told from those of an output that arrived before it by the
+    finisher's `schedule` row (count 0: left out) that the step's schedule wrote while it still held its
+    seat: those frees come after the step's snapshot."""
+    assert res.events is not None
+    rows = list(res.events.iter_rows(named=True))
+    left_out: dict[str, int] = {}
+    at: list[float] = []
+    for e in rows:
+        r = str(e["request_id"])
+        if e["kind"] == "schedule" and e["count"] == 0:
+            left_out[r] = e["step"]
+        late = e["kind"] in ("free", "window") and left_out.get(r) == e["step"]
+        at.append(e["step"] + 0.5 if late else e["step"])
+    tables: dict[str, list[list[int]]] = {}
+    out = [{"tables": {}, "loads": [], "stores": []} for _ in range(steps + 1)]
+    order = sorted(range(len(rows)), key=lambda i: at[i])  # (stable: a late free after its step's rows)
+    i = chunks = 0
+    for j in range(steps + 1):
+        while i < len(order) and at[order[i]] <= j:
+            e = rows[order[i]]
+            i += 1
+            r, kind, block, count = str(e["request_id"]), e["kind"], e["block"], e["count"]
+            if kind in ("prefix-hit", "allocate"):
+                tables.setdefault(r, [[] for _ in range(groups)])[count].append(block)
+            elif kind in ("window", "free"):
+                tables[r][count].remove(block)
+                if not any(tables[r]):
+                    del tables[r]
+            elif kind in ("load", "store"):
+                out[j][kind + "s"].append([r, count])
+            if kind == "store":
+                chunks += count
+            elif kind == "cpu-evict":
+                chunks -= 1
+        out[j]["tables"] = {r: [list(t) for t in g] for r, g in tables.items()}
+        out[j]["tier_chunks"] = chunks
+    return out
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_kvsim_offloads_a_hybrid_model_as_vllms_async_scheduler_does(name, backend):
+    sc = load(name)
+    res = kvsim.simulate(
+        workload_of(sc), config_of(sc), backend=backend, record_events=True, record_timeseries=True
+    )
+    steps = sc["steps"]
+    ours = by_batch(res, len(steps), len(sc["groups"]))
+    for j, step in enumerate(steps):
+        mine = ours[j]
+        theirs = {r: [[b for b in g if b != 0] for g in t] for r, t in step["tables"].items()}
+        assert mine["tables"] == theirs, f"step {j}: tables kvsim {mine['tables']} vLLM {theirs}"
+        for k in ("loads", "stores", "tier_chunks"):
+            assert mine[k] == step[k], f"step {j}: {k} kvsim {mine[k]} vLLM {step[k]}"
+    trailing = ours[len(steps)]
+    assert trailing["loads"] == sc["trailing"]["loads"]
+    assert trailing["stores"] == sc["trailing"]["stores"]
+    assert res.timeseries is not None
+    assert [round(t * 1e12) for t in res.timeseries["time_s"]] == [round(st["t"] * 1e9) for st in steps]
+    step_at = {round(st["t"] * 1e9): j for j, st in enumerate(steps)}
+    end_at = {round(st.get("end", st["t"] + 1) * 1e9): j for j, st in enumerate(steps)}
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for j, step in enumerate(steps):
+        for r in step["scheduled"]:
+            first.setdefault(int(r), j)
+            last[int(r)] = j
+    n = len(sc["requests"])
+    req = res.requests.sort("request_id")
+    assert [step_at[round(t * 1e12)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
+    assert [end_at[round(t * 1e12)] for t in req["finish"]] == [last[r] for r in range(n)]
+    assert res.summary["completed"] == n
+    assert res.raw.counters["num_flushes"] == sc["flushes"]
+    assert res.raw.counters["num_preemptions"] == sc["preemptions"]
 
 
 def test_the_records_follow_the_written_rule():
