@@ -159,3 +159,48 @@ def test_the_records_follow_the_written_rule():
     assert finish_gaps
     assert set(finish_gaps) == {2}, finish_gaps
     assert victims >= 1
+
+
+@pytest.mark.parametrize("backend", ["rust", "reference"])
+def test_a_finishers_windows_free_on_its_tokens_but_the_discarded_one(backend):
+    """Worked by hand from vLLM 0.33.0's `_connector_finished` (DESIGN.md §Engine, "Asynchronous scheduling",
+    *With a CPU tier*, "A hybrid model's groups", (1)), no recording (none schedules a discarded token): a
+    sliding window of 3 tokens beside full attention, blocks of one token, a tier. A (prompt 6, 3 tokens of
+    max 10) samples its third token in the step at 2 ms; the batch at 3 ms schedules its discarded token
+    (position 8), then A's output arrives: its windows free what they left behind on `num_computed_tokens
+    - num_in_flight_tokens` = 8 tokens, the block of token 5 (tokens before 8 - 2), not token 6's, which
+    the discarded token's window still reaches on 9; that one is freed with A's other blocks at the
+    output of the batch computing the discarded token."""
+    from kvsim.model.layers import Layer
+    from kvsim.workloads import Workload
+    from tests.test_hybrid_engine import toy
+
+    model = toy([Layer("sliding_window", 3), Layer("full")], "discarded")
+    cfg = kvsim.SimConfig(
+        model=model,
+        block_size=1,
+        num_blocks=64,
+        max_num_seqs=2,
+        max_num_batched_tokens=64,
+        async_scheduling=True,
+        kv_offloading_chunks=32,
+    )
+    w = Workload(arrival=[0.0], prompt_len=[6], output_len=[3], max_tokens=[10])
+    res = kvsim.simulate(w, cfg, backend=backend, record_events=True)
+    assert res.events is not None
+    rows = [r for r in res.events.iter_rows(named=True) if r["count"] == 0 or r["kind"] == "finish"]
+    window_blocks = [r["block"] for r in rows if r["kind"] in ("allocate", "prefix-hit")]
+    at = next(i for i, r in enumerate(rows) if r["kind"] == "finish")
+    after = rows[at + 1 :]
+    # the discarded token's schedule: its block of the window group (the growth frees token 4's first)
+    assert [(r["kind"], round(r["time_s"] * 1e3)) for r in after[:2]] == [("window", 3), ("allocate", 3)]
+    assert after[0]["block"] == window_blocks[4]
+    discarded = after[1]["block"]
+    # then A's output: token 5's block only
+    assert (after[2]["kind"], after[2]["block"]) == ("window", window_blocks[5])
+    # the rest, token 6's block among them, at the discarded token's batch's output
+    freed = [r["block"] for r in after[3:] if r["kind"] == "free"]
+    assert window_blocks[6] in freed
+    assert discarded in freed
+    assert {round(r["time_s"] * 1e3) for r in after[3:]} == {4}
+    assert res.summary["completed"] == 1
