@@ -14,8 +14,9 @@ core's batch queue of two, transfers of zero duration, as `scripts/vllm_offload_
     cd scripts && PYTHONPATH=/tmp/ah_vllm033 /tmp/venv-vllm034/bin/python vllm_offload_hybrid_golden.py \
         ../tests/data/vllm_offload_hybrid_async async
 
-(`/tmp/ah_vllm033` holds vLLM 0.33.0's package, run with the 0.34.0 venv's torch and dependencies).
-`tests/test_offload_hybrid_async_golden.py` replays them.
+(`/tmp/ah_vllm033` holds vLLM 0.33.0's package, run with the 0.34.0 venv's torch and dependencies); vLLM
+0.34.0's are the same command without `PYTHONPATH` (the venv's own vLLM) into
+`tests/data/vllm_offload_hybrid_async_034`. `tests/test_offload_hybrid_async_golden.py` replays both.
 
 The recorder is `scripts/vllm_offload_golden.py`'s (its worker stand-in `Worker` and its clock `Clock`,
 imported: the same arrival, stall and clock rules; transfers of zero duration, a load reported done in the

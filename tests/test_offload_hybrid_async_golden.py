@@ -11,6 +11,10 @@ every group after its schedule, the loads and stores issued since the batch befo
 their keys, the chunks in the tier; and per batch launched, empty ones too, what it scheduled, loaded,
 stored, preempted and named finished). Both of kvsim's engines replay the same requests with
 `async_scheduling=True` and must make the same decisions with the same block ids.
+
+`tests/data/vllm_offload_hybrid_async_034` holds the same scenarios recorded by vLLM 0.34.0 (six of them
+differ from 0.33.0's); kvsim replays each release's files with its CPU-tier rules
+(`tests/test_offload_hybrid_golden.py`'s `RELEASE_RULES`).
 """
 
 from __future__ import annotations
@@ -22,22 +26,42 @@ import pytest
 
 import kvsim
 from tests.test_offload_golden import workload_of
+from tests.test_offload_hybrid_golden import RELEASE_RULES
 from tests.test_offload_hybrid_golden import config_of as hybrid_config_of
 
 DATA = Path(__file__).parent / "data" / "vllm_offload_hybrid_async"
 SCENARIOS = sorted(p.stem for p in DATA.glob("*.json"))
+DATA_034 = Path(__file__).parent / "data" / "vllm_offload_hybrid_async_034"
+# Every recording: (its directory's name, the scenario), 0.33.0's then 0.34.0's.
+RECORDED = [("vllm_offload_hybrid_async", n) for n in SCENARIOS] + [
+    ("vllm_offload_hybrid_async_034", p.stem) for p in sorted(DATA_034.glob("*.json"))
+]
 
 
-def load(name: str) -> dict:
-    return json.loads((DATA / f"{name}.json").read_text())
+def load(name: str, where: str = "vllm_offload_hybrid_async") -> dict:
+    return json.loads((Path(__file__).parent / "data" / where / f"{name}.json").read_text())
 
 
-def config_of(sc: dict) -> kvsim.SimConfig:
-    return hybrid_config_of({**sc, "async_scheduling": False}).replace(async_scheduling=True)
+def config_of(sc: dict, rules: dict | None = None) -> kvsim.SimConfig:
+    """The scenario's configuration with the rule on, and the CPU-tier rules of the release that recorded
+    it (or `rules`)."""
+    return hybrid_config_of({**sc, "async_scheduling": False}, rules).replace(async_scheduling=True)
+
+
+def differ() -> list[str]:
+    """The scenarios 0.34.0 records otherwise than 0.33.0 (but for the release's name)."""
+    return [
+        n
+        for n in SCENARIOS
+        if {**load(n), "vllm": ""} != {**load(n, "vllm_offload_hybrid_async_034"), "vllm": ""}
+    ]
 
 
 def test_every_async_recording_is_here():
     assert len(SCENARIOS) >= 22, SCENARIOS
+    assert sorted(p.stem for p in DATA_034.glob("*.json")) == SCENARIOS
+    assert {load(n, "vllm_offload_hybrid_async_034")["vllm"] for n in SCENARIOS} == {"0.34.0"}
+    assert len(differ()) == 6, differ()
     records = [load(n) for n in SCENARIOS]
     assert all(r["async_scheduling"] and r["name"] == n for r, n in zip(records, SCENARIOS, strict=True))
     assert {r["vllm"] for r in records} == {"0.33.0"}
@@ -97,12 +121,17 @@ def by_batch(res: kvsim.SimResult, steps: int, groups: int) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize(("where", "name"), RECORDED)
 @pytest.mark.parametrize("backend", ["rust", "reference"])
-def test_kvsim_offloads_a_hybrid_model_as_vllms_async_scheduler_does(name, backend):
-    sc = load(name)
+def test_kvsim_offloads_a_hybrid_model_as_vllms_async_scheduler_does(where, name, backend):
+    replay(load(name, where), backend)
+
+
+def replay(sc: dict, backend: str, rules: dict | None = None) -> None:
+    """Asserts that `backend` replays the recording `sc` batch for batch (under `rules`: the CPU-tier rules
+    of the release that recorded it unless given)."""
     res = kvsim.simulate(
-        workload_of(sc), config_of(sc), backend=backend, record_events=True, record_timeseries=True
+        workload_of(sc), config_of(sc, rules), backend=backend, record_events=True, record_timeseries=True
     )
     steps = sc["steps"]
     ours = by_batch(res, len(steps), len(sc["groups"]))
@@ -134,6 +163,18 @@ def test_kvsim_offloads_a_hybrid_model_as_vllms_async_scheduler_does(name, backe
     assert res.raw.counters["num_preemptions"] == sc["preemptions"]
 
 
+def test_0_34_0s_junction_rule_is_needed_where_its_files_differ():
+    """The six files 0.34.0 records otherwise depart under 0.33.0's rules and replay with its junction rule
+    alone (none has a store threshold): the knob, not the replay, makes the difference."""
+    junction_only = {**RELEASE_RULES["0.33.0"], "kv_offloading_hit_junction": True}
+    for n in differ():
+        sc = load(n, "vllm_offload_hybrid_async_034")
+        assert not sc.get("store_threshold")
+        with pytest.raises(AssertionError):
+            replay(sc, "reference", RELEASE_RULES["0.33.0"])
+        replay(sc, "reference", junction_only)
+
+
 def test_the_records_follow_the_written_rule():
     """DESIGN.md's rule (§Engine, "Asynchronous scheduling", *With a CPU tier*), read off vLLM's hybrid
     records batch by batch (every batch launched, empty ones too), as for one full-attention group: a
@@ -143,8 +184,8 @@ def test_the_records_follow_the_written_rule():
     batches after its last (synchronously: one); a preempted request was never scheduled in the batch
     before, which is in flight (`defer_block_free`)."""
     load_gaps, finish_gaps, victims = [], [], 0
-    for name in SCENARIOS:
-        batches = load(name)["batches"]
+    for where, name in RECORDED:
+        batches = load(name, where)["batches"]
         sched = [set(b["scheduled"]) for b in batches]
         for k, b in enumerate(batches):
             for r, _ in b["loads"]:
