@@ -30,8 +30,8 @@ queue of two, transfers of zero duration) into another folder, the one the async
         tests/data/vllm_offload_async async_store_then_load ...
 
 (the names `async_<scenario>`; with no names it records every scenario into the one folder).
-`tests/test_offload_async_golden.py` holds them as the evidence of the refusal of `async_scheduling` with a
-tier (DESIGN.md §Engine, "Asynchronous scheduling", *With a CPU tier*).
+`tests/test_offload_async_golden.py` replays them (DESIGN.md §Engine, "Asynchronous scheduling", *With a CPU
+tier*); the hybrid recorder's `record_async` drives the same queue over several KV-cache groups.
 """
 
 from __future__ import annotations

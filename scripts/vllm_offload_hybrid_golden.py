@@ -7,6 +7,17 @@ scheduler, KV-cache manager and `OffloadingConnector`'s scheduler side run on CP
 
 The scenarios (NAME) are `scripts/vllm_offload_hybrid_scenarios.py`'s `SCENARIOS`.
 
+`ASYNC_SCENARIOS` are also recorded under vLLM 0.33.0's `AsyncScheduler` (`record_async`: the engine
+core's batch queue of two, transfers of zero duration, as `scripts/vllm_offload_golden.py`'s
+`record_async`), named `async_<scenario>`, into a folder of their own; `async` alone records them all:
+
+    cd scripts && PYTHONPATH=/tmp/ah_vllm033 /tmp/venv-vllm034/bin/python vllm_offload_hybrid_golden.py \
+        ../tests/data/vllm_offload_hybrid_async async
+
+(`/tmp/ah_vllm033` holds vLLM 0.33.0's package, run with the 0.34.0 venv's torch and dependencies); vLLM
+0.34.0's are the same command without `PYTHONPATH` (the venv's own vLLM) into
+`tests/data/vllm_offload_hybrid_async_034`. `tests/test_offload_hybrid_async_golden.py` replays both.
+
 The recorder is `scripts/vllm_offload_golden.py`'s (its worker stand-in `Worker` and its clock `Clock`,
 imported: the same arrival, stall and clock rules; transfers of zero duration, a load reported done in the
 step that issued it, a store in the step after, a flushed job at once, except in the `slow_*` scenarios,
@@ -65,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 # The single-group recorder's stand-in worker and clock (kvsim's).
+from vllm_hybrid_golden import sampled_tokens
 from vllm_offload_golden import Clock, Worker, req_id_to_index, vllm_version
 from vllm_offload_hybrid_scenarios import MAX_MODEL_LEN, SCENARIOS
 
@@ -97,7 +109,7 @@ def _model_dir() -> Path:
     return model_dir
 
 
-def _scheduler(sc: dict[str, Any]) -> tuple[Any, int]:
+def _scheduler(sc: dict[str, Any], async_scheduling: bool = False) -> tuple[Any, int]:
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
@@ -125,7 +137,7 @@ def _scheduler(sc: dict[str, Any]) -> tuple[Any, int]:
         max_num_batched_tokens=sc["max_num_batched_tokens"],
         max_model_len=MAX_MODEL_LEN,
         enable_chunked_prefill=True,
-        async_scheduling=False,
+        async_scheduling=async_scheduling,
         is_encoder_decoder=False,
     )
     cc = CacheConfig(
@@ -185,6 +197,11 @@ def _scheduler(sc: dict[str, Any]) -> tuple[Any, int]:
     # attention): with one batch, a prompt kvsim's cap refuses at arrival would be admitted.
     type(vc).max_concurrent_batches = property(lambda self: 2)
     sched_bs, hash_bs = resolve_kv_cache_block_sizes(kvc, vc)
+    if async_scheduling:
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+        a = AsyncScheduler(vc, kvc, StructuredOutputManager(vc), block_size=sched_bs, hash_block_size=hash_bs)
+        return a, hash_bs
     s = Scheduler(vc, kvc, StructuredOutputManager(vc), block_size=sched_bs, hash_block_size=hash_bs)
     return s, hash_bs
 
@@ -337,21 +354,235 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Scenarios also recorded under vLLM's `AsyncScheduler` with the engine core's batch queue of two
+# (`async_<name>.json`, `record_async`), transfers of zero duration: a window or local chunks beside full
+# attention and Mamba states beside it, with loads, stores, flushes and preemptions among them.
+ASYNC_SCENARIOS = [
+    "swa_store_then_load",
+    "swa_pending_store_defers",
+    "swa_being_loaded_defers",
+    "swa_tier_full_lru",
+    "swa_junction_stored",
+    "swa_two_blocks_per_chunk",
+    "swa_preempt_store_in_flight",
+    "gemma_like_three_windows",
+    "chunked_local_full",
+    "mamba_align_full",
+    "mamba_junction_reload",
+    "mamba_window_full",
+    "mamba_tier_full_lru",
+    "mamba_decode",
+    "random_0",
+    "random_1",
+    "reload_0",
+    "reload_1",
+    "decode_106",
+    "unequal_0",
+    "mamba_random_0",
+    "mamba_random_2",
+]
+
+
+def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
+    """`scripts/vllm_offload_golden.py`'s `record_async` over a hybrid layout: vLLM 0.33.0's
+    `EngineCore.step_with_batch_queue` (`vllm/v1/engine/core.py`) with a queue of two over the
+    `AsyncScheduler` and the `OffloadingConnector`: while the scheduler has requests (or the connector
+    jobs) a batch is scheduled and launched, empty or not; the engine waits for the oldest batch in flight
+    (and feeds its outputs to `update_from_output`) when two are queued, or when the batch just launched
+    computed nothing and the scheduler has nothing more. The worker (`Worker`, transfers of zero duration)
+    runs each batch at its launch: a load is done in the batch that issued it, a store in the batch after,
+    a flushed store in its own; the batch's `KVConnectorOutput` reaches the scheduler with its outputs,
+    after the next batch was scheduled. A batch that computes lasts 1 ms, an empty one none; requests join
+    before each schedule, those with `arrival <=` the engine's time (ms), which moves to a batch's end when
+    the engine waits for it, and to the next arrival when nothing is queued or in flight. Recorded per
+    batch that computed tokens: its start `t` (and its `end` where a flush lengthened it), the tokens
+    scheduled, every request's table in every group as the schedule left it, the loads and stores issued
+    since the batch before that computed (with their keys and a load's blocks per group, as `record`'s),
+    the jobs flushed, the keys in the tier and their count, and the blocks free; and per batch launched,
+    empty ones too (`batches`, in launch order), the tokens scheduled, the loads and stores it issued, the
+    requests its schedule preempted and those whose finish it passed to the connector
+    (`finished_req_ids`)."""
+    from collections import deque
+
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    assert not sc.get("latency_ms"), "zero-duration transfers only"
+    assert not sc.get("ms_per_block"), "zero-duration transfers only"
+    init_none_hash(sha256)
+    s, hash_bs = _scheduler(sc, async_scheduling=True)
+    connector = s.connector.connector_scheduler
+    manager = connector.manager
+    block_hasher = get_request_block_hasher(hash_bs, sha256)
+    hash_names: dict[bytes, tuple[int, list[list[int]]]] = {}  # block hash -> (tokens, prefix segments)
+
+    def hasher(req: Any) -> list[bytes]:
+        """vLLM's block hasher, naming each new hash by the tokens it ends at and its prefix's segments
+        (as the request's tokens arrive: a finished request's last ones too)."""
+        new = block_hasher(req)
+        toks = list(req.all_token_ids)
+        for i, h in enumerate(new, len(req.block_hashes)):
+            if h not in hash_names:
+                n = (i + 1) * hash_bs
+                hash_names[h] = (n, _segments_of(toks, n, req.num_prompt_tokens, int(req.request_id)))
+        return new
+
+    def job_keys(jid: int) -> list[list[int]]:
+        ends = (
+            [get_offload_group_idx(k), hash_names[get_offload_block_hash(k)][0]]
+            for k in connector._jobs[jid].keys
+        )
+        return sorted(ends, key=lambda ge: (ge[0], ge[1]))
+
+    def tier() -> list[list[Any]]:
+        pol = manager._policy
+        chunks = dict(pol.chunks) if hasattr(pol, "chunks") else {**pol.t1, **pol.t2}
+        out = [
+            [get_offload_group_idx(k), hash_names[get_offload_block_hash(k)][1], bool(c.is_ready)]
+            for k, c in chunks.items()
+        ]
+        return sorted(out, key=lambda e: (e[1], e[0]))
+
+    worker = Worker()
+    pending = list(enumerate(sc["requests"]))
+    arrivals: dict[int, float] = {}
+    steps: list[dict[str, Any]] = []
+    batches: list[dict[str, Any]] = []  # every batch launched, empty ones too
+    since: dict[str, list[list[Any]]] = {
+        k: [] for k in ("loads", "stores", "load_keys", "store_keys", "load_blocks")
+    }
+    flushes = preemptions = flushed_since = 0
+    queue: deque[tuple[Any, Any, dict[str, bool], float]] = deque()
+    now = 0.0  # the engine's time
+    gpu_free = 0.0  # when the last batch launched ends
+    batch = 0
+    for _ in range(4000):
+        for rid, r in list(pending):
+            if r[0] <= now:
+                params = SamplingParams(max_tokens=r[2], ignore_eos=True)
+                s.add_request(Request(str(rid), token_ids(r[1]), params, None, block_hasher=hasher))
+                arrivals[rid] = now
+                pending.remove((rid, r))
+        if s.has_requests() or connector._jobs:
+            out = s.schedule()
+            meta = out.kv_connector_metadata
+            issued = {
+                "loads": [[j.req_id, len(j.src_spec.block_ids)] for j in meta.load_jobs.values()],
+                "stores": [[j.req_id, len(j.dst_spec.block_ids)] for j in meta.store_jobs.values()],
+            }
+            since["loads"] += issued["loads"]
+            since["stores"] += issued["stores"]
+            since["load_keys"] += [[j.req_id, job_keys(jid)] for jid, j in meta.load_jobs.items()]
+            since["store_keys"] += [[j.req_id, job_keys(jid)] for jid, j in meta.store_jobs.items()]
+            since["load_blocks"] += [
+                [j.req_id, list(j.dst_spec.group_sizes)] for j in meta.load_jobs.values()
+            ]
+            computes = out.total_num_scheduled_tokens > 0
+            preemptions += len(out.preempted_req_ids or ())
+            batches.append(
+                {
+                    "scheduled": dict(out.num_scheduled_tokens),
+                    **issued,
+                    "preempted": sorted(out.preempted_req_ids or (), key=int),
+                    "finished": sorted(out.finished_req_ids, key=int),
+                }
+            )
+            tier_now = tier()
+            start = max(now, gpu_free)
+            output, flushed, end = worker.run(batch, meta, start, start + (1 if computes else 0))
+            flushes += flushed
+            flushed_since += flushed
+            batch += 1
+            gpu_free = end
+            if computes:
+                coordinator = s.kv_cache_manager.coordinator
+                steps.append(
+                    {
+                        "t": start,
+                        **({"end": end} if end != start + 1 else {}),
+                        "scheduled": dict(out.num_scheduled_tokens),
+                        "tables": {
+                            r: [[b.block_id for b in g] for g in coordinator.get_blocks(r)]
+                            for r in sorted(s.requests, key=int)
+                            if any(coordinator.get_blocks(r))
+                        },
+                        **since,
+                        "flushed": flushed_since,
+                        "tier": tier_now,
+                        "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
+                        "free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
+                    }
+                )
+                since = {k: [] for k in since}
+                flushed_since = 0
+            # A request whose scheduled tokens reach its end samples a token (vLLM's `is_prefill_chunk`).
+            sampled = {r: not s.requests[r].is_prefill_chunk for r in out.num_scheduled_tokens}
+            queue.appendleft((out, output, sampled, end))
+            if len(queue) < 2 and (computes or s.has_requests() or connector._jobs):
+                continue
+        elif not queue:
+            if not pending:
+                break
+            now = max(now, min(r[0] for _, r in pending))
+            continue
+        out, output, sampled, end = queue.pop()
+        now = max(now, end)
+        ids = list(out.num_scheduled_tokens)
+        tokens = sampled_tokens(s, ids, sampled)
+        mro = ModelRunnerOutput(
+            req_ids=ids,
+            **req_id_to_index(ModelRunnerOutput, ids),
+            sampled_token_ids=tokens,
+            kv_connector_output=output,
+        )
+        s.update_from_output(out, mro)
+    else:
+        raise RuntimeError(
+            f"async_{name}: did not finish: {[(r, q.status, q.num_computed_tokens) for r, q in s.requests.items()]}"
+        )
+    return {
+        "name": f"async_{name}",
+        "vllm": vllm_version(),
+        **sc,
+        "async_scheduling": True,
+        "arrivals": [arrivals[i] for i in range(len(sc["requests"]))],
+        "steps": steps,
+        "trailing": {**since, "flushed": flushed_since},
+        "flushes": flushes,
+        "preemptions": preemptions,
+        "batches": batches,
+    }
+
+
 def main(argv: list[str]) -> int:
     if os.environ.get("PYTHONHASHSEED") != "2":
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "2"})
     out = Path(argv[1] if len(argv) > 1 else "tests/data/vllm_offload_hybrid")
     out.mkdir(parents=True, exist_ok=True)
     only = set(argv[2:])
+    every_async = "async" in only  # (the word `async` alone: every one of `ASYNC_SCENARIOS`)
     for name, sc in SCENARIOS.items():
         if only and name not in only:
             continue
         data = record(name, sc)
-        (out / f"{name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
-        nl = sum(len(st["loads"]) for st in data["steps"])
-        ns = sum(len(st["stores"]) for st in data["steps"])
-        print(f"{name}: {len(data['steps'])} steps, {nl} loads, {ns} stores, {data['flushes']} flushes")
+        _write(out, name, data)
+    for name in ASYNC_SCENARIOS:
+        if not every_async and f"async_{name}" not in only:
+            continue
+        _write(out, f"async_{name}", record_async(name, SCENARIOS[name]))
     return 0
+
+
+def _write(out: Path, name: str, data: dict[str, Any]) -> None:
+    (out / f"{name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    nl = sum(len(st["loads"]) for st in data["steps"])
+    ns = sum(len(st["stores"]) for st in data["steps"])
+    extra = f", {data['preemptions']} preemptions" if "preemptions" in data else ""
+    print(f"{name}: {len(data['steps'])} steps, {nl} loads, {ns} stores, {data['flushes']} flushes{extra}")
 
 
 if __name__ == "__main__":

@@ -164,8 +164,8 @@ def test_a_finisher_s_window_and_a_schedule_made_again_after_an_empty_batch(back
 
 
 def test_mamba_groups_with_prefix_caching_take_the_rule():
-    """vLLM's align mode (prefix caching on a Mamba hybrid) takes the rule; a CPU tier beside its groups stays
-    refused (by name: one full-attention group takes it, tests/test_offload_async_golden.py)."""
+    """vLLM's align mode (prefix caching on a Mamba hybrid) takes the rule, with a CPU tier beside its groups
+    too (tests/test_offload_hybrid_async_golden.py); a prefill pool stays refused, by name."""
     state = MambaState(conv_channels=64, conv_width=3, ssm_heads=4, ssm_per_head=208)
     model = toy([Layer("mamba", state=state), Layer("full")], "ssm")
     cfg = kvsim.SimConfig(model=model, num_blocks=200, block_size=16, enable_prefix_caching=True)
@@ -173,10 +173,11 @@ def test_mamba_groups_with_prefix_caching_take_the_rule():
     on = cfg.replace(async_scheduling=True)
     w = Workload(arrival=[0.0, 0.0, 0.002], prompt_len=[50, 70, 90], output_len=[5, 4, 6])
     assert_same(w, on)
-    with pytest.raises(
-        InvalidArgumentError, match="not modelled with a CPU tier beside a hybrid model's KV-cache"
-    ):
-        cfg.replace(async_scheduling=True, kv_offloading_chunks=4)
+    tiered = on.replace(kv_offloading_chunks=4)
+    res = assert_same(w, tiered)
+    assert res.summary["stores"] > 0
+    with pytest.raises(InvalidArgumentError, match="not modelled for a disaggregated fleet"):
+        on.replace(replicas=2, prefill_replicas=1)
 
 
 WIDE = toy([Layer("sliding_window", 4096), Layer("full")], "wide-window")

@@ -178,12 +178,16 @@ def test_the_knob_is_off_by_default_and_refused_where_not_modelled():
         with pytest.raises(InvalidArgumentError, match="async_scheduling") as err:
             kvsim.SimConfig(num_blocks=100, async_scheduling=True, **knobs)
         assert named in str(err.value)
-    # A CPU tier takes it on one full-attention group (tests/test_offload_async_golden.py); beside a hybrid
-    # model's KV-cache groups it is refused (tests/test_async_hybrid.py).
+    # A CPU tier takes it on one full-attention group (tests/test_offload_async_golden.py) and beside a
+    # hybrid model's KV-cache groups (tests/test_offload_hybrid_async_golden.py).
     assert kvsim.SimConfig(num_blocks=100, async_scheduling=True, kv_offloading_chunks=4).async_scheduling
     # (a hybrid model takes it, Mamba groups in align mode included: tests/test_async_hybrid.py)
     ssm = toy([Layer("mamba", state=STATE), Layer("full")], "ssm")
     assert kvsim.SimConfig(model=ssm, num_blocks=200, block_size=16, async_scheduling=True).async_scheduling
+    tiered = kvsim.SimConfig(
+        model=ssm, num_blocks=200, block_size=16, async_scheduling=True, kv_offloading_chunks=4
+    )
+    assert tiered.async_scheduling
 
 
 @given(workloads(max_requests=30), async_configs(), st.integers(1, 31))

@@ -32,10 +32,11 @@ def tiered_hybrid_configs(draw, padded: bool = False) -> kvsim.SimConfig:
     block (unequal block sizes, as Gemma 4's: not with local chunks, which vLLM serves at one block size);
     in a third of them Mamba (state) layers too, with or without a prefill checkpoint (their block raised to
     hold the state, every group's block one size: the tier refuses a state beside another); vLLM v1's
-    scheduler rules and a random tier. `padded`: 2 or 3 full-attention layers and windows (or local
-    chunks) of one size whose counts leave a group with padding layers (Gemma 3's shape: vLLM pads the
-    last group of a kind to the group size), on a link that takes time, its time a block odd or not a
-    multiple of the groups' shares (each group's block on the link at its own layers: rounded)."""
+    scheduler rules, a random tier, scheduling synchronous or asynchronous. `padded`: 2 or 3 full-attention
+    layers and windows (or local chunks) of one size whose counts leave a group with padding layers (Gemma
+    3's shape: vLLM pads the last group of a kind to the group size), on a link that takes time, its time a
+    block odd or not a multiple of the groups' shares (each group's block on the link at its own layers:
+    rounded)."""
     n = draw(st.integers(2, 8))
     windows = draw(st.lists(st.sampled_from([3, 5, 8, 9, 17, 40]), min_size=1, max_size=2))
     chunk = draw(st.sampled_from([4, 8, 32]))
@@ -100,6 +101,9 @@ def tiered_hybrid_configs(draw, padded: bool = False) -> kvsim.SimConfig:
             st.sampled_from([7, 10**5 + 1, 10**8, 3 * 10**9] if padded else [0, 0, 10**5, 10**8, 3 * 10**9])
         ),
         kv_offloading_latency_ps=draw(st.sampled_from([0, 6 * 10**6, 2 * 10**9])),
+        # vLLM's `AsyncScheduler` with its connector (DESIGN.md §Engine, "Asynchronous scheduling", *With a
+        # CPU tier*) or its `Scheduler`
+        async_scheduling=draw(st.sampled_from([None, None, True])),
     )
 
 

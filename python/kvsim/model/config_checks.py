@@ -68,8 +68,8 @@ PD_ASYNC = (
     "its transfer ends, outside the rule's frees a step later)"
 )
 
-# The way forward the refusals of `async_scheduling` True with a CPU tier or a prefill pool end with (user52):
-# vLLM 0.34.0 runs both asynchronously by default, which kvsim does not model (`run_report` drops it from its note).
+# The way forward the refusal of `async_scheduling` True with a prefill pool ends with (user52): vLLM 0.34.0
+# runs it asynchronously by default, which kvsim does not model (`run_report` drops it from its note).
 ASYNC_WAY = (
     "; leave async_scheduling unset (kvsim then sizes for vLLM's asynchronous default and schedules "
     "synchronously, as its note says) or set it off (--no-async-scheduling: vLLM's synchronous deployment)"
@@ -249,8 +249,7 @@ class ConfigChecks:
 
     def _check_async(self) -> None:
         """Refuses `async_scheduling` where kvsim does not model it (DESIGN.md §Engine, "Asynchronous
-        scheduling"): vLLM v0's rules (which it never had), a CPU tier beside a hybrid model's KV-cache
-        groups, a prefill pool."""
+        scheduling"): vLLM v0's rules (which it never had), a prefill pool."""
         if not self.async_scheduling:
             return
         what = "async_scheduling True"
@@ -265,12 +264,6 @@ class ConfigChecks:
                 raise InvalidArgumentError(
                     f"{what} takes vLLM v1's rules: {knob} {value!r} does not apply (only {v1!r})"
                 )
-        layout = self.pool.layout
-        if self.kv_offloading_chunks and layout is not None and not layout.single_full:
-            raise InvalidArgumentError(
-                f"{what} is not modelled with a CPU tier beside a hybrid model's KV-cache groups "
-                f"(kv_offloading_size; one full-attention group takes it){ASYNC_WAY}"
-            )
         if self.prefill_replicas:
             raise InvalidArgumentError(
                 f"{what} {PD_ASYNC}: prefill_replicas {self.prefill_replicas}{ASYNC_WAY}"

@@ -153,8 +153,15 @@ class Hybrid(State):
         """The blocks `s`'s windows left behind at `computed` tokens (its computed tokens if None) freed
         (vLLM's `remove_skipped_blocks`) and logged (`window`). A growth (`hybrid_grow`, on its settled
         tokens), a finish on a fleet's replica (`hybrid_connector_finished`) and a finish handed to a CPU
-        tier (`h_finished`) alike."""
-        done = s.num_computed if computed is None else computed
+        tier (`h_finished`) alike. Without `computed`: its computed tokens but those of a batch just
+        scheduled and not yet committed (`async_scheduling` with a CPU tier, at the output of the batch in
+        flight: vLLM's `_connector_finished` frees on `num_computed_tokens - num_in_flight_tokens`, a
+        discarded token's still in flight)."""
+        if computed is None:
+            uncommitted = s.flight_step == self.c["num_steps"]
+            done = s.num_computed - s.flight_tokens if uncommitted else s.num_computed
+        else:
+            done = computed
         for b, g in self.hkv.remove_skipped(s.idx, done):
             self.log("window", s, b, g)
 

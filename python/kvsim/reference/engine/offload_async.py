@@ -61,9 +61,10 @@ class TierAsync(State):
             self.log_schedule(scheduled)
             dt = self.step_time(scheduled)
             step = self.c["num_steps"]  # (the index this step is committed under)
-            for s, _ in scheduled:
+            for s, n in scheduled:
                 s.prefilling = s.prefilling and s.num_computed < s.num_tokens
                 s.sched_step = step
+                s.flight_step, s.flight_tokens = step, n  # (a hybrid pool's tokens in flight: `settled`)
             if start + dt > MAX_TIME_PS:  # before its stores: they would start past the clock's range
                 raise InvalidArgumentError(clock_overflow_message(step, start))
         planned, flush_end = self.offer_stores(scheduled, start + dt)
@@ -98,13 +99,18 @@ class TierAsync(State):
         free their blocks; the requests that finished in it reach the connector (`request_finished`: the
         next batch offers their last stores) and leave the running list, their blocks freed now unless the
         batch just scheduled computes them (a discarded token: freed at its output, `defer_block_free`);
-        then the transfers reported done by its end complete. Returns whether anything changed."""
+        then the transfers reported done by its end complete. In a hybrid pool the sequences it sampled
+        first key their blocks (`settle_keys`), and a finisher's windows free what they left behind at its
+        tokens but those the batch just scheduled computes (`hybrid_remove_skipped`). Returns whether
+        anything changed."""
         self.tier_flight = False
         self.async_prev = -1
         changed = bool(self.retiring or self.deferred)
         for s in self.deferred:
             self.release(s)
         self.deferred = []
+        if self.flight_sampled:
+            self.settle_keys()
         step = self.c["num_steps"]
         for s in self.retiring:
             self.tier_finished(s)

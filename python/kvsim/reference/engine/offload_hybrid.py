@@ -84,6 +84,7 @@ class HybridTier(State):
         def prefilling_to_finish(self) -> Iterator[tuple[Seq, int]]: ...
         def hybrid_remove_skipped(self, s: Seq) -> None: ...
         def resumed_chunk(self, s: Seq, budget: int) -> tuple[int, bool]: ...
+        def known_tokens(self, s: Seq) -> int: ...
 
     # -- the groups as the connector sees them -------------------------------------------------------
     def h_tpc(self, g: int) -> int:
@@ -452,9 +453,10 @@ class HybridTier(State):
         bpc = cfg.kv_offloading_blocks_per_chunk
         ranges: list[tuple[int, int]] = []
         offer: list[tuple[int, int]] = []
+        known = self.known_tokens(s)  # (the chunks keyed: under async_scheduling the tokens arrived)
         for g, c in enumerate(s.conn):
             tpc = self.h_tpc(g)
-            num = min(n // tpc, len(c) // bpc, s.num_tokens // tpc)
+            num = min(n // tpc, len(c) // bpc, known // tpc)
             start = s.next_stores[g]
             ranges.append((start, num))
             if num <= start or kv.groups[g].kind == "mamba":

@@ -445,11 +445,10 @@ impl EngineConfig {
         if self.async_scheduling
             && (self.policy != Policy::Vllm
                 || self.preemption != Preemption::Recompute
-                || self.one_free_block
-                || (self.tier.is_some() && self.groups.is_some()))
+                || self.one_free_block)
         {
             invalid_arg!(
-                "async_scheduling takes vLLM v1's rules: policy 'vllm', preemption 'recompute', append_check 'exact', no CPU tier beside KV-cache groups"
+                "async_scheduling takes vLLM v1's rules: policy 'vllm', preemption 'recompute', append_check 'exact'"
             );
         }
         if self.num_blocks < 2 {

@@ -320,9 +320,16 @@ impl Engine<'_> {
     /// The blocks `k`'s windows left behind at its computed tokens freed (vLLM's `remove_skipped_blocks`)
     /// and logged (`window`), listed in `self.group_new`; nothing for a sequence without tables. A
     /// growth (`hybrid_grow`), a finish on a fleet's replica (`hybrid_connector_finished`) and a finish
-    /// handed to a CPU tier (`h_tier_finished`) alike.
+    /// handed to a CPU tier (`h_tier_finished`) alike. Its computed tokens but those of a batch just
+    /// scheduled and not yet committed (`async_scheduling` with a CPU tier, at the output of the batch in
+    /// flight: vLLM's `_connector_finished` frees on `num_computed_tokens − num_in_flight_tokens`, a
+    /// discarded token's still in flight).
     pub(super) fn hybrid_remove_skipped(&mut self, k: usize) {
-        let computed = self.slab[k].num_computed;
+        let s = &self.slab[k];
+        let computed = match s.hybrid.as_deref() {
+            Some(hs) if hs.flight.0 == self.out.counters.num_steps => s.num_computed - hs.flight.1,
+            _ => s.num_computed,
+        };
         self.hybrid_remove_skipped_at(k, computed);
     }
 
@@ -343,7 +350,7 @@ impl Engine<'_> {
     /// `k`'s tokens the scheduler knows (vLLM's `request.num_tokens`, which caps the keys an allocation
     /// sets): under `async_scheduling`, while the step before this schedule runs and it sampled a token of
     /// `k`, all but that one (DESIGN.md §Engine, "Asynchronous scheduling"); otherwise all.
-    fn known_tokens(&self, k: usize) -> u64 {
+    pub(super) fn known_tokens(&self, k: usize) -> u64 {
         let s = &self.slab[k];
         match s.hybrid.as_deref() {
             Some(hs) if self.async_prev >= 0 && hs.sampled == self.out.counters.num_steps => {

@@ -135,7 +135,7 @@ impl Engine<'_> {
     }
 
     /// The blocks sequence `k`'s tables hold (a hybrid model's groups' non-null ones).
-    fn table_blocks(&self, k: usize) -> u64 {
+    pub(super) fn table_blocks(&self, k: usize) -> u64 {
         let s = &self.slab[k];
         match s.hybrid.as_ref() {
             Some(hs) => hs

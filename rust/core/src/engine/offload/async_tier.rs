@@ -77,10 +77,15 @@ impl Engine<'_> {
         }
         let (dt, tokens) = self.step_time();
         let step = self.step; // (the index this step is committed under)
+        let steps = self.out.counters.num_steps; // (the same, as a hybrid pool's `settled` counts it)
         for i in 0..self.scheduled.len() {
-            let s = &mut self.slab[self.scheduled[i].0];
+            let (k, n) = self.scheduled[i];
+            let s = &mut self.slab[k];
             s.prefilling = s.prefilling && s.num_computed < s.num_tokens();
             s.sched_step = step;
+            if let Some(hs) = s.hybrid.as_deref_mut() {
+                hs.flight = (steps, n); // (a hybrid pool's tokens in flight: `settled`)
+            }
         }
         let dt = if (start as u64).saturating_add(dt) > crate::engine::MAX_TIME_PS {
             dt // (`record` stops the run at the clock's range, before its stores)
@@ -100,7 +105,7 @@ impl Engine<'_> {
         m.logical += b
             .deferred
             .iter()
-            .map(|&k| self.slab[k].table.blocks().len() as u64)
+            .map(|&k| self.table_blocks(k))
             .sum::<u64>();
         self.record(dt, self.scheduled.len() as u64, tokens, m);
         self.finish_step();
@@ -120,7 +125,9 @@ impl Engine<'_> {
     /// batch offers their last stores) and leave the running list, their blocks freed now unless the
     /// batch just scheduled computes them (a discarded token: freed at its output, `defer_block_free`);
     /// then the transfers reported done by its end complete (its observation, numbered at its launch).
-    /// Returns whether anything changed.
+    /// In a hybrid pool the sequences it sampled first key their blocks (`settle_keys`), and a
+    /// finisher's windows free what they left behind at its tokens but those the batch just scheduled
+    /// computes (`hybrid_remove_skipped`). Returns whether anything changed.
     #[inline(never)]
     pub(in crate::engine) fn tier_output(&mut self) -> bool {
         let b = &mut self.tier_mut().batches;
@@ -131,6 +138,9 @@ impl Engine<'_> {
         for &k in &deferred {
             self.release(k);
             self.remove(k);
+        }
+        if !self.flight_sampled.is_empty() {
+            self.settle_keys(); // (a hybrid pool's: the sampled tokens' blocks keyed first)
         }
         let mut later = deferred;
         later.clear();

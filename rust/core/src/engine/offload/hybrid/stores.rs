@@ -21,6 +21,7 @@ struct Offerer<'a> {
     /// Its slab slot while it runs (None: finished in the step before).
     k: Option<usize>,
     prompt_len: u64,
+    /// Its tokens the scheduler knows (they bound the chunks keyed, vLLM's `storable_chunks`).
     num_tokens: u64,
     /// Its offloadable tokens after this step.
     n: u64,
@@ -130,9 +131,11 @@ impl Engine<'_> {
                 let n = self.slab[k].num_tokens() / self.cfg.block_size;
                 self.content_keys(k, n)
             };
+            // (the chunks keyed: under async_scheduling the tokens that have arrived)
+            let num_tokens = self.known_tokens(k);
             let s = &mut self.slab[k];
             let n = offloadable(s.num_computed.min(s.num_tokens()), s.prompt_len);
-            let (row, prompt_len, num_tokens) = (s.row, s.prompt_len, s.num_tokens());
+            let (row, prompt_len) = (s.row, s.prompt_len);
             let hs = s.hybrid.as_mut().expect("a scheduled request holds tables");
             let conn = hs.conn.take().expect("synced");
             let mut next = std::mem::take(&mut hs.next_stores);
