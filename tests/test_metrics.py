@@ -31,7 +31,7 @@ def test_weighted_stats_equal_numpy_on_the_expanded_list(values, data):
     assert out["mean_x_ms"] == pytest.approx(np.mean(expanded), rel=1e-9, abs=1e-9)
     assert out["std_x_ms"] == pytest.approx(np.std(expanded), rel=1e-6, abs=1e-6)
     assert out["median_x_ms"] == pytest.approx(np.median(expanded), rel=1e-9, abs=1e-9)
-    for p, key in ((1, "p1"), (37.5, "p37_5"), (99, "p99"), (100, "p100")):
+    for p, key in ((1, "p1"), (37.5, "p37.5"), (99, "p99"), (100, "p100")):
         assert out[f"{key}_x_ms"] == pytest.approx(np.percentile(expanded, p), rel=1e-9, abs=1e-9)
 
 
