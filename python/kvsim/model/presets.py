@@ -173,7 +173,7 @@ def preset_knobs(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     release = release_of(convert("vllm_release", overrides.get("vllm_release", chosen["vllm_release"])))
     if not is_read(release) and convert("max_model_len", overrides.get("max_model_len")) == -1:
         raise InvalidArgumentError(
-            f"max_model_len auto (-1): preset {name!r} is an older vLLM than {READ_FROM}, whose auto-fit kvsim "
+            f"max_model_len auto (-1): {named_release(release, name)} is an older vLLM than {READ_FROM}, whose auto-fit kvsim "
             f"models (vllm-0.33, vllm-latest): {release_words(release)}; kvsim has not read that release's, so it "
             "does not guess it: give a length"
         )
