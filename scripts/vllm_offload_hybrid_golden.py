@@ -3,20 +3,23 @@
 Run with a Python that has vLLM installed (the venv of `scripts/vllm_hybrid_golden.py`'s docstring: its
 scheduler, KV-cache manager and `OffloadingConnector`'s scheduler side run on CPU, no GPU):
 
-    /tmp/venv-vllm/bin/python scripts/vllm_offload_hybrid_golden.py tests/data/vllm_offload_hybrid [NAME ...]
+    cd scripts && PYTHONPATH=/tmp/ah_vllm033 /tmp/venv-vllm034/bin/python vllm_offload_hybrid_golden.py \
+        ../tests/data/vllm_offload_hybrid [NAME ...]
 
-The scenarios (NAME) are `scripts/vllm_offload_hybrid_scenarios.py`'s `SCENARIOS`.
+(`/tmp/ah_vllm033` holds vLLM 0.33.0's package, run with the 0.34.0 venv's torch and dependencies); vLLM
+0.34.0's are the same command without `PYTHONPATH` (the venv's own vLLM) into
+`tests/data/vllm_offload_hybrid_034`. Each file names the release that recorded it (`vllm`). The scenarios
+(NAME) are `scripts/vllm_offload_hybrid_scenarios.py`'s `SCENARIOS`.
 
-`ASYNC_SCENARIOS` are also recorded under vLLM 0.33.0's `AsyncScheduler` (`record_async`: the engine
+`ASYNC_SCENARIOS` are also recorded under the `AsyncScheduler` of each release (`record_async`: the engine
 core's batch queue of two, transfers of zero duration, as `scripts/vllm_offload_golden.py`'s
 `record_async`), named `async_<scenario>`, into a folder of their own; `async` alone records them all:
 
     cd scripts && PYTHONPATH=/tmp/ah_vllm033 /tmp/venv-vllm034/bin/python vllm_offload_hybrid_golden.py \
         ../tests/data/vllm_offload_hybrid_async async
 
-(`/tmp/ah_vllm033` holds vLLM 0.33.0's package, run with the 0.34.0 venv's torch and dependencies); vLLM
-0.34.0's are the same command without `PYTHONPATH` (the venv's own vLLM) into
-`tests/data/vllm_offload_hybrid_async_034`. `tests/test_offload_hybrid_async_golden.py` replays both.
+and vLLM 0.34.0's the same without `PYTHONPATH` into `tests/data/vllm_offload_hybrid_async_034`.
+`tests/test_offload_hybrid_async_golden.py` replays both.
 
 The recorder is `scripts/vllm_offload_golden.py`'s (its worker stand-in `Worker` and its clock `Clock`,
 imported: the same arrival, stall and clock rules; transfers of zero duration, a load reported done in the
@@ -218,11 +221,33 @@ def _segments_of(tokens: list[int], n: int, num_prompt: int, rid: int) -> list[l
     return segs
 
 
+def job_keys(connector: Any, names: dict[bytes, tuple[int, list[list[int]]]], jid: int) -> list[list[int]]:
+    """Job `jid`'s keys as `[group, end_token]`, sorted (`names`: a block hash's tokens and prefix segments)."""
+    from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
+
+    ends = (
+        [get_offload_group_idx(k), names[get_offload_block_hash(k)][0]] for k in connector._jobs[jid].keys
+    )
+    return sorted(ends, key=lambda ge: (ge[0], ge[1]))
+
+
+def tier_chunks(manager: Any, names: dict[bytes, tuple[int, list[list[int]]]]) -> list[list[Any]]:
+    """Every key in the tier as `[group, prefix segments, ready]`, sorted by prefix, then group."""
+    from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
+
+    pol = manager._policy
+    chunks = dict(pol.chunks) if hasattr(pol, "chunks") else {**pol.t1, **pol.t2}
+    out = [
+        [get_offload_group_idx(k), names[get_offload_block_hash(k)][1], bool(c.is_ready)]
+        for k, c in chunks.items()
+    ]
+    return sorted(out, key=lambda e: (e[1], e[0]))
+
+
 def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
@@ -246,22 +271,6 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                     n = (i + 1) * hash_bs
                     hash_names[h] = (n, _segments_of(toks, n, req.num_prompt_tokens, int(req.request_id)))
 
-    def key_end(key: bytes) -> list[int]:
-        return [get_offload_group_idx(key), hash_names[get_offload_block_hash(key)][0]]
-
-    def job_keys(jid: int) -> list[list[int]]:
-        keys = connector._jobs[jid].keys
-        return sorted((key_end(k) for k in keys), key=lambda ge: (ge[0], ge[1]))
-
-    def tier() -> list[list[Any]]:
-        pol = manager._policy
-        chunks = dict(pol.chunks) if hasattr(pol, "chunks") else {**pol.t1, **pol.t2}
-        out = []
-        for key, chunk in chunks.items():
-            g = get_offload_group_idx(key)
-            out.append([g, hash_names[get_offload_block_hash(key)][1], bool(chunk.is_ready)])
-        return sorted(out, key=lambda e: (e[1], e[0]))
-
     loads: list[list[Any]] = []
     stores: list[list[Any]] = []
     load_keys: list[list[Any]] = []
@@ -280,12 +289,12 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         meta = out.kv_connector_metadata
         for jid, job in meta.load_jobs.items():
             loads.append([job.req_id, len(job.src_spec.block_ids)])
-            load_keys.append([job.req_id, job_keys(jid)])
+            load_keys.append([job.req_id, job_keys(connector, hash_names, jid)])
             load_blocks.append([job.req_id, list(job.dst_spec.group_sizes)])
         for jid, job in meta.store_jobs.items():
             stores.append([job.req_id, len(job.dst_spec.block_ids)])
-            store_keys.append([job.req_id, job_keys(jid)])
-        tier_now = tier()
+            store_keys.append([job.req_id, job_keys(connector, hash_names, jid)])
+        tier_now = tier_chunks(manager, hash_names)
         ids = list(out.num_scheduled_tokens)
         output, flushed, start, end = clock.run(step, meta, bool(ids))
         flushes += flushed
@@ -384,7 +393,7 @@ ASYNC_SCENARIOS = [
 
 
 def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
-    """`scripts/vllm_offload_golden.py`'s `record_async` over a hybrid layout: vLLM 0.33.0's
+    """`scripts/vllm_offload_golden.py`'s `record_async` over a hybrid layout: vLLM 0.33.0's (and 0.34.0's)
     `EngineCore.step_with_batch_queue` (`vllm/v1/engine/core.py`) with a queue of two over the
     `AsyncScheduler` and the `OffloadingConnector`: while the scheduler has requests (or the connector
     jobs) a batch is scheduled and launched, empty or not; the engine waits for the oldest batch in flight
@@ -407,7 +416,6 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
@@ -430,22 +438,6 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                 n = (i + 1) * hash_bs
                 hash_names[h] = (n, _segments_of(toks, n, req.num_prompt_tokens, int(req.request_id)))
         return new
-
-    def job_keys(jid: int) -> list[list[int]]:
-        ends = (
-            [get_offload_group_idx(k), hash_names[get_offload_block_hash(k)][0]]
-            for k in connector._jobs[jid].keys
-        )
-        return sorted(ends, key=lambda ge: (ge[0], ge[1]))
-
-    def tier() -> list[list[Any]]:
-        pol = manager._policy
-        chunks = dict(pol.chunks) if hasattr(pol, "chunks") else {**pol.t1, **pol.t2}
-        out = [
-            [get_offload_group_idx(k), hash_names[get_offload_block_hash(k)][1], bool(c.is_ready)]
-            for k, c in chunks.items()
-        ]
-        return sorted(out, key=lambda e: (e[1], e[0]))
 
     worker = Worker()
     pending = list(enumerate(sc["requests"]))
@@ -476,8 +468,12 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
             }
             since["loads"] += issued["loads"]
             since["stores"] += issued["stores"]
-            since["load_keys"] += [[j.req_id, job_keys(jid)] for jid, j in meta.load_jobs.items()]
-            since["store_keys"] += [[j.req_id, job_keys(jid)] for jid, j in meta.store_jobs.items()]
+            since["load_keys"] += [
+                [j.req_id, job_keys(connector, hash_names, jid)] for jid, j in meta.load_jobs.items()
+            ]
+            since["store_keys"] += [
+                [j.req_id, job_keys(connector, hash_names, jid)] for jid, j in meta.store_jobs.items()
+            ]
             since["load_blocks"] += [
                 [j.req_id, list(j.dst_spec.group_sizes)] for j in meta.load_jobs.values()
             ]
@@ -491,7 +487,7 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                     "finished": sorted(out.finished_req_ids, key=int),
                 }
             )
-            tier_now = tier()
+            tier_now = tier_chunks(manager, hash_names)
             start = max(now, gpu_free)
             output, flushed, end = worker.run(batch, meta, start, start + (1 if computes else 0))
             flushes += flushed
