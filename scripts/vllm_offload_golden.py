@@ -31,7 +31,8 @@ queue of two, transfers of zero duration) into another folder, the one the async
 
 (the names `async_<scenario>`; with no names it records every scenario into the one folder).
 `tests/test_offload_async_golden.py` replays them (DESIGN.md §Engine, "Asynchronous scheduling", *With a CPU
-tier*); the hybrid recorder's `record_async` drives the same queue over several KV-cache groups.
+tier*); the hybrid recorder's `record_async` drives the same queue (`batch_queue`) over several KV-cache
+groups.
 """
 
 from __future__ import annotations
@@ -596,34 +597,89 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     before that computed, the chunks in the tier, and the blocks free; and per batch launched, empty ones
     too (`batches`, in launch order), the tokens scheduled, the loads and stores it issued, the requests
     its schedule preempted and those whose finish it passed to the connector (`finished_req_ids`)."""
-    from collections import deque
-
-    from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
 
     assert not sc.get("latency_ms"), "zero-duration transfers only"
     assert not sc.get("ms_per_block"), "zero-duration transfers only"
     init_none_hash(sha256)
     s = _scheduler(sc, async_scheduling=True)
-    connector = s.connector.connector_scheduler
-    manager = connector.manager
+    manager = s.connector.connector_scheduler.manager
     hasher = get_request_block_hasher(sc["block_size"], sha256)
-    worker = Worker()
-    pending = list(enumerate(sc["requests"]))
-    arrivals: dict[int, float] = {}
     steps: list[dict[str, Any]] = []
+    since: dict[str, list[list[Any]]] = {"loads": [], "stores": []}
+
+    def scheduled(out: Any, meta: Any) -> None:
+        since["loads"] += [[j.req_id, len(j.src_spec.block_ids)] for j in meta.load_jobs.values()]
+        since["stores"] += [[j.req_id, len(j.dst_spec.block_ids)] for j in meta.store_jobs.values()]
+
+    def ran(out: Any, start: float, end: float, flushed: int, computes: bool) -> None:
+        if not computes:
+            return
+        steps.append(
+            {
+                "t": start,
+                **({"end": end} if end != start + 1 else {}),
+                "scheduled": dict(out.num_scheduled_tokens),
+                "tables": _tables(s),
+                "loads": since["loads"],
+                "stores": since["stores"],
+                "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
+                "free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
+            }
+        )
+        since["loads"], since["stores"] = [], []
+
+    run = batch_queue(
+        s, sc["requests"], hasher, scheduled, ran, 2000, lambda: f"async_{name}: did not finish"
+    )
+    return {
+        "name": f"async_{name}",
+        "vllm": vllm_version(),
+        **sc,
+        "async_scheduling": True,
+        "arrivals": run["arrivals"],
+        "steps": steps,
+        "trailing": {"loads": since["loads"], "stores": since["stores"]},
+        "flushes": run["flushes"],
+        "preemptions": run["preemptions"],
+        "batches": run["batches"],
+    }
+
+
+def batch_queue(
+    s: Any,
+    requests: list[Any],
+    hasher: Any,
+    scheduled: Any,
+    ran: Any,
+    limit: int,
+    stuck: Any,
+) -> dict[str, Any]:
+    """`record_async`'s engine (its docstring), over scheduler `s` (an `AsyncScheduler` with the
+    `OffloadingConnector`) and `requests` (`(arrival, segments, max_tokens)` each, in id order), shared by the
+    hybrid recorder's `record_async`: `scheduled(out, meta)` is called on each schedule, before its batch
+    runs, and `ran(out, start, end, flushed, computes)` after it ran, empty or not (`flushed`: the jobs
+    flushed in it; `computes`: whether it computed tokens). Returns the arrivals (the engine's time each request joined, by id), the flushes
+    and preemptions counted, and every batch launched (`batches`); raises `RuntimeError(stuck())` when
+    `limit` turns do not finish."""
+    from collections import deque
+
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    connector = s.connector.connector_scheduler
+    worker = Worker()
+    pending = list(enumerate(requests))
+    arrivals: dict[int, float] = {}
     batches: list[dict[str, Any]] = []  # every batch launched, empty ones too
-    loads: list[list[Any]] = []
-    stores: list[list[Any]] = []
     flushes = preemptions = 0
     queue: deque[tuple[Any, Any, dict[str, bool], float]] = deque()
     now = 0.0  # the engine's time
     gpu_free = 0.0  # when the last batch launched ends
     batch = 0
-    for _ in range(2000):
+    for _ in range(limit):
         for rid, r in list(pending):
             if r[0] <= now:
                 params = SamplingParams(max_tokens=r[2], ignore_eos=True)
@@ -633,8 +689,6 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         if s.has_requests() or connector._jobs:
             out = s.schedule()
             meta = out.kv_connector_metadata
-            loads += [[j.req_id, len(j.src_spec.block_ids)] for j in meta.load_jobs.values()]
-            stores += [[j.req_id, len(j.dst_spec.block_ids)] for j in meta.store_jobs.values()]
             computes = out.total_num_scheduled_tokens > 0
             preemptions += len(out.preempted_req_ids or ())
             batches.append(
@@ -646,25 +700,13 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                     "finished": sorted(out.finished_req_ids, key=int),
                 }
             )
+            scheduled(out, meta)
             start = max(now, gpu_free)
             output, flushed, end = worker.run(batch, meta, start, start + (1 if computes else 0))
             flushes += flushed
             batch += 1
             gpu_free = end
-            if computes:
-                steps.append(
-                    {
-                        "t": start,
-                        **({"end": end} if end != start + 1 else {}),
-                        "scheduled": dict(out.num_scheduled_tokens),
-                        "tables": _tables(s),
-                        "loads": loads,
-                        "stores": stores,
-                        "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
-                        "free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
-                    }
-                )
-                loads, stores = [], []
+            ran(out, start, end, flushed, computes)
             # A request whose scheduled tokens reach its end samples a token (vLLM's `is_prefill_chunk`).
             sampled = {r: not s.requests[r].is_prefill_chunk for r in out.num_scheduled_tokens}
             queue.appendleft((out, output, sampled, end))
@@ -687,15 +729,9 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         )
         s.update_from_output(out, mro)
     else:
-        raise RuntimeError(f"async_{name}: did not finish")
+        raise RuntimeError(stuck())
     return {
-        "name": f"async_{name}",
-        "vllm": vllm_version(),
-        **sc,
-        "async_scheduling": True,
-        "arrivals": [arrivals[i] for i in range(len(sc["requests"]))],
-        "steps": steps,
-        "trailing": {"loads": loads, "stores": stores},
+        "arrivals": [arrivals[i] for i in range(len(requests))],
         "flushes": flushes,
         "preemptions": preemptions,
         "batches": batches,

@@ -3,20 +3,23 @@
 Run with a Python that has vLLM installed (the venv of `scripts/vllm_hybrid_golden.py`'s docstring: its
 scheduler, KV-cache manager and `OffloadingConnector`'s scheduler side run on CPU, no GPU):
 
-    /tmp/venv-vllm/bin/python scripts/vllm_offload_hybrid_golden.py tests/data/vllm_offload_hybrid [NAME ...]
+    cd scripts && PYTHONPATH=/tmp/ah_vllm033 /tmp/venv-vllm034/bin/python vllm_offload_hybrid_golden.py \
+        ../tests/data/vllm_offload_hybrid [NAME ...]
 
-The scenarios (NAME) are `scripts/vllm_offload_hybrid_scenarios.py`'s `SCENARIOS`.
+(`/tmp/ah_vllm033` holds vLLM 0.33.0's package, run with the 0.34.0 venv's torch and dependencies); vLLM
+0.34.0's are the same command without `PYTHONPATH` (the venv's own vLLM) into
+`tests/data/vllm_offload_hybrid_034`. Each file names the release that recorded it (`vllm`). The scenarios
+(NAME) are `scripts/vllm_offload_hybrid_scenarios.py`'s `SCENARIOS`.
 
-`ASYNC_SCENARIOS` are also recorded under vLLM 0.33.0's `AsyncScheduler` (`record_async`: the engine
+`ASYNC_SCENARIOS` are also recorded under the `AsyncScheduler` of each release (`record_async`: the engine
 core's batch queue of two, transfers of zero duration, as `scripts/vllm_offload_golden.py`'s
 `record_async`), named `async_<scenario>`, into a folder of their own; `async` alone records them all:
 
     cd scripts && PYTHONPATH=/tmp/ah_vllm033 /tmp/venv-vllm034/bin/python vllm_offload_hybrid_golden.py \
         ../tests/data/vllm_offload_hybrid_async async
 
-(`/tmp/ah_vllm033` holds vLLM 0.33.0's package, run with the 0.34.0 venv's torch and dependencies); vLLM
-0.34.0's are the same command without `PYTHONPATH` (the venv's own vLLM) into
-`tests/data/vllm_offload_hybrid_async_034`. `tests/test_offload_hybrid_async_golden.py` replays both.
+and vLLM 0.34.0's the same without `PYTHONPATH` into `tests/data/vllm_offload_hybrid_async_034`.
+`tests/test_offload_hybrid_async_golden.py` replays both.
 
 The recorder is `scripts/vllm_offload_golden.py`'s (its worker stand-in `Worker` and its clock `Clock`,
 imported: the same arrival, stall and clock rules; transfers of zero duration, a load reported done in the
@@ -76,8 +79,7 @@ from pathlib import Path
 from typing import Any
 
 # The single-group recorder's stand-in worker and clock (kvsim's).
-from vllm_hybrid_golden import sampled_tokens
-from vllm_offload_golden import Clock, Worker, req_id_to_index, vllm_version
+from vllm_offload_golden import Clock, Worker, batch_queue, req_id_to_index, vllm_version
 from vllm_offload_hybrid_scenarios import MAX_MODEL_LEN, SCENARIOS
 
 PAGE_BYTES = 4096  # one GPU block's bytes (every group's) in the recorder's KV-cache config
@@ -218,11 +220,33 @@ def _segments_of(tokens: list[int], n: int, num_prompt: int, rid: int) -> list[l
     return segs
 
 
+def job_keys(connector: Any, names: dict[bytes, tuple[int, list[list[int]]]], jid: int) -> list[list[int]]:
+    """Job `jid`'s keys as `[group, end_token]`, sorted (`names`: a block hash's tokens and prefix segments)."""
+    from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
+
+    ends = (
+        [get_offload_group_idx(k), names[get_offload_block_hash(k)][0]] for k in connector._jobs[jid].keys
+    )
+    return sorted(ends, key=lambda ge: (ge[0], ge[1]))
+
+
+def tier_chunks(manager: Any, names: dict[bytes, tuple[int, list[list[int]]]]) -> list[list[Any]]:
+    """Every key in the tier as `[group, prefix segments, ready]`, sorted by prefix, then group."""
+    from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
+
+    pol = manager._policy
+    chunks = dict(pol.chunks) if hasattr(pol, "chunks") else {**pol.t1, **pol.t2}
+    out = [
+        [get_offload_group_idx(k), names[get_offload_block_hash(k)][1], bool(c.is_ready)]
+        for k, c in chunks.items()
+    ]
+    return sorted(out, key=lambda e: (e[1], e[0]))
+
+
 def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
@@ -246,22 +270,6 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                     n = (i + 1) * hash_bs
                     hash_names[h] = (n, _segments_of(toks, n, req.num_prompt_tokens, int(req.request_id)))
 
-    def key_end(key: bytes) -> list[int]:
-        return [get_offload_group_idx(key), hash_names[get_offload_block_hash(key)][0]]
-
-    def job_keys(jid: int) -> list[list[int]]:
-        keys = connector._jobs[jid].keys
-        return sorted((key_end(k) for k in keys), key=lambda ge: (ge[0], ge[1]))
-
-    def tier() -> list[list[Any]]:
-        pol = manager._policy
-        chunks = dict(pol.chunks) if hasattr(pol, "chunks") else {**pol.t1, **pol.t2}
-        out = []
-        for key, chunk in chunks.items():
-            g = get_offload_group_idx(key)
-            out.append([g, hash_names[get_offload_block_hash(key)][1], bool(chunk.is_ready)])
-        return sorted(out, key=lambda e: (e[1], e[0]))
-
     loads: list[list[Any]] = []
     stores: list[list[Any]] = []
     load_keys: list[list[Any]] = []
@@ -280,12 +288,12 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
         meta = out.kv_connector_metadata
         for jid, job in meta.load_jobs.items():
             loads.append([job.req_id, len(job.src_spec.block_ids)])
-            load_keys.append([job.req_id, job_keys(jid)])
+            load_keys.append([job.req_id, job_keys(connector, hash_names, jid)])
             load_blocks.append([job.req_id, list(job.dst_spec.group_sizes)])
         for jid, job in meta.store_jobs.items():
             stores.append([job.req_id, len(job.dst_spec.block_ids)])
-            store_keys.append([job.req_id, job_keys(jid)])
-        tier_now = tier()
+            store_keys.append([job.req_id, job_keys(connector, hash_names, jid)])
+        tier_now = tier_chunks(manager, hash_names)
         ids = list(out.num_scheduled_tokens)
         output, flushed, start, end = clock.run(step, meta, bool(ids))
         flushes += flushed
@@ -384,7 +392,7 @@ ASYNC_SCENARIOS = [
 
 
 def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
-    """`scripts/vllm_offload_golden.py`'s `record_async` over a hybrid layout: vLLM 0.33.0's
+    """`scripts/vllm_offload_golden.py`'s `record_async` over a hybrid layout: vLLM 0.33.0's (and 0.34.0's)
     `EngineCore.step_with_batch_queue` (`vllm/v1/engine/core.py`) with a queue of two over the
     `AsyncScheduler` and the `OffloadingConnector`: while the scheduler has requests (or the connector
     jobs) a batch is scheduled and launched, empty or not; the engine waits for the oldest batch in flight
@@ -402,14 +410,8 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     empty ones too (`batches`, in launch order), the tokens scheduled, the loads and stores it issued, the
     requests its schedule preempted and those whose finish it passed to the connector
     (`finished_req_ids`)."""
-    from collections import deque
-
-    from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.kv_offload.base import get_offload_block_hash, get_offload_group_idx
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
 
     assert not sc.get("latency_ms"), "zero-duration transfers only"
     assert not sc.get("ms_per_block"), "zero-duration transfers only"
@@ -431,130 +433,67 @@ def record_async(name: str, sc: dict[str, Any]) -> dict[str, Any]:
                 hash_names[h] = (n, _segments_of(toks, n, req.num_prompt_tokens, int(req.request_id)))
         return new
 
-    def job_keys(jid: int) -> list[list[int]]:
-        ends = (
-            [get_offload_group_idx(k), hash_names[get_offload_block_hash(k)][0]]
-            for k in connector._jobs[jid].keys
-        )
-        return sorted(ends, key=lambda ge: (ge[0], ge[1]))
-
-    def tier() -> list[list[Any]]:
-        pol = manager._policy
-        chunks = dict(pol.chunks) if hasattr(pol, "chunks") else {**pol.t1, **pol.t2}
-        out = [
-            [get_offload_group_idx(k), hash_names[get_offload_block_hash(k)][1], bool(c.is_ready)]
-            for k, c in chunks.items()
-        ]
-        return sorted(out, key=lambda e: (e[1], e[0]))
-
-    worker = Worker()
-    pending = list(enumerate(sc["requests"]))
-    arrivals: dict[int, float] = {}
     steps: list[dict[str, Any]] = []
-    batches: list[dict[str, Any]] = []  # every batch launched, empty ones too
     since: dict[str, list[list[Any]]] = {
         k: [] for k in ("loads", "stores", "load_keys", "store_keys", "load_blocks")
     }
-    flushes = preemptions = flushed_since = 0
-    queue: deque[tuple[Any, Any, dict[str, bool], float]] = deque()
-    now = 0.0  # the engine's time
-    gpu_free = 0.0  # when the last batch launched ends
-    batch = 0
-    for _ in range(4000):
-        for rid, r in list(pending):
-            if r[0] <= now:
-                params = SamplingParams(max_tokens=r[2], ignore_eos=True)
-                s.add_request(Request(str(rid), token_ids(r[1]), params, None, block_hasher=hasher))
-                arrivals[rid] = now
-                pending.remove((rid, r))
-        if s.has_requests() or connector._jobs:
-            out = s.schedule()
-            meta = out.kv_connector_metadata
-            issued = {
-                "loads": [[j.req_id, len(j.src_spec.block_ids)] for j in meta.load_jobs.values()],
-                "stores": [[j.req_id, len(j.dst_spec.block_ids)] for j in meta.store_jobs.values()],
+    flushed_since = 0
+    tier_now: list[list[Any]] = []
+
+    def scheduled(out: Any, meta: Any) -> None:
+        nonlocal tier_now
+        since["loads"] += [[j.req_id, len(j.src_spec.block_ids)] for j in meta.load_jobs.values()]
+        since["stores"] += [[j.req_id, len(j.dst_spec.block_ids)] for j in meta.store_jobs.values()]
+        since["load_keys"] += [
+            [j.req_id, job_keys(connector, hash_names, jid)] for jid, j in meta.load_jobs.items()
+        ]
+        since["store_keys"] += [
+            [j.req_id, job_keys(connector, hash_names, jid)] for jid, j in meta.store_jobs.items()
+        ]
+        since["load_blocks"] += [[j.req_id, list(j.dst_spec.group_sizes)] for j in meta.load_jobs.values()]
+        tier_now = tier_chunks(manager, hash_names)
+
+    def ran(out: Any, start: float, end: float, flushed: int, computes: bool) -> None:
+        nonlocal since, flushed_since
+        flushed_since += flushed
+        if not computes:
+            return
+        coordinator = s.kv_cache_manager.coordinator
+        steps.append(
+            {
+                "t": start,
+                **({"end": end} if end != start + 1 else {}),
+                "scheduled": dict(out.num_scheduled_tokens),
+                "tables": {
+                    r: [[b.block_id for b in g] for g in coordinator.get_blocks(r)]
+                    for r in sorted(s.requests, key=int)
+                    if any(coordinator.get_blocks(r))
+                },
+                **since,
+                "flushed": flushed_since,
+                "tier": tier_now,
+                "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
+                "free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
             }
-            since["loads"] += issued["loads"]
-            since["stores"] += issued["stores"]
-            since["load_keys"] += [[j.req_id, job_keys(jid)] for jid, j in meta.load_jobs.items()]
-            since["store_keys"] += [[j.req_id, job_keys(jid)] for jid, j in meta.store_jobs.items()]
-            since["load_blocks"] += [
-                [j.req_id, list(j.dst_spec.group_sizes)] for j in meta.load_jobs.values()
-            ]
-            computes = out.total_num_scheduled_tokens > 0
-            preemptions += len(out.preempted_req_ids or ())
-            batches.append(
-                {
-                    "scheduled": dict(out.num_scheduled_tokens),
-                    **issued,
-                    "preempted": sorted(out.preempted_req_ids or (), key=int),
-                    "finished": sorted(out.finished_req_ids, key=int),
-                }
-            )
-            tier_now = tier()
-            start = max(now, gpu_free)
-            output, flushed, end = worker.run(batch, meta, start, start + (1 if computes else 0))
-            flushes += flushed
-            flushed_since += flushed
-            batch += 1
-            gpu_free = end
-            if computes:
-                coordinator = s.kv_cache_manager.coordinator
-                steps.append(
-                    {
-                        "t": start,
-                        **({"end": end} if end != start + 1 else {}),
-                        "scheduled": dict(out.num_scheduled_tokens),
-                        "tables": {
-                            r: [[b.block_id for b in g] for g in coordinator.get_blocks(r)]
-                            for r in sorted(s.requests, key=int)
-                            if any(coordinator.get_blocks(r))
-                        },
-                        **since,
-                        "flushed": flushed_since,
-                        "tier": tier_now,
-                        "tier_chunks": manager._num_chunks - manager._get_num_free_chunks(),
-                        "free_blocks": s.kv_cache_manager.block_pool.get_num_free_blocks(),
-                    }
-                )
-                since = {k: [] for k in since}
-                flushed_since = 0
-            # A request whose scheduled tokens reach its end samples a token (vLLM's `is_prefill_chunk`).
-            sampled = {r: not s.requests[r].is_prefill_chunk for r in out.num_scheduled_tokens}
-            queue.appendleft((out, output, sampled, end))
-            if len(queue) < 2 and (computes or s.has_requests() or connector._jobs):
-                continue
-        elif not queue:
-            if not pending:
-                break
-            now = max(now, min(r[0] for _, r in pending))
-            continue
-        out, output, sampled, end = queue.pop()
-        now = max(now, end)
-        ids = list(out.num_scheduled_tokens)
-        tokens = sampled_tokens(s, ids, sampled)
-        mro = ModelRunnerOutput(
-            req_ids=ids,
-            **req_id_to_index(ModelRunnerOutput, ids),
-            sampled_token_ids=tokens,
-            kv_connector_output=output,
         )
-        s.update_from_output(out, mro)
-    else:
-        raise RuntimeError(
-            f"async_{name}: did not finish: {[(r, q.status, q.num_computed_tokens) for r, q in s.requests.items()]}"
-        )
+        since = {k: [] for k in since}
+        flushed_since = 0
+
+    def stuck() -> str:
+        return f"async_{name}: did not finish: {[(r, q.status, q.num_computed_tokens) for r, q in s.requests.items()]}"
+
+    run = batch_queue(s, sc["requests"], hasher, scheduled, ran, 4000, stuck)
     return {
         "name": f"async_{name}",
         "vllm": vllm_version(),
         **sc,
         "async_scheduling": True,
-        "arrivals": [arrivals[i] for i in range(len(sc["requests"]))],
+        "arrivals": run["arrivals"],
         "steps": steps,
         "trailing": {**since, "flushed": flushed_since},
-        "flushes": flushes,
-        "preemptions": preemptions,
-        "batches": batches,
+        "flushes": run["flushes"],
+        "preemptions": run["preemptions"],
+        "batches": run["batches"],
     }
 
 

@@ -90,7 +90,7 @@ def test_auto_refusals_are_named():
     with pytest.raises(InvalidArgumentError, match="or -1 or 'auto'"):
         SimConfig(num_blocks=100, max_model_len=0)
     for old in ("vllm-0.20", "vllm-0.19", "vllm-v1", "vllm-0.11", "vllm-v0"):
-        with pytest.raises(InvalidArgumentError, match=f"preset '{old}' is an older vLLM than 0.33.0"):
+        with pytest.raises(InvalidArgumentError, match=f"preset {old} is an older vLLM than 0.33.0"):
             SimConfig.preset(old, max_model_len="auto", **LLAMA_70B_TP2)
     # vLLM 0.33.0 had it (profiled, block 16 by its default): the same rule, one fit
     c = SimConfig.preset("vllm-0.33", max_model_len="auto", **LLAMA_70B_TP2)
@@ -156,7 +156,7 @@ def test_kvsim_run_takes_auto_from_the_flag_and_the_run_file(capsys, tmp_path):
     )
     err = _error(capsys, [*argv, "--max-model-len", "auto", "--preset", "vllm-v1"])
     assert err.startswith(
-        "kvsim run: error: argument --max-model-len: max_model_len auto (-1): preset 'vllm-v1'"
+        "kvsim run: error: argument --max-model-len: max_model_len auto (-1): preset vllm-v1 is an older vLLM"
     )
 
 

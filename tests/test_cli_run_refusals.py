@@ -662,7 +662,7 @@ def test_a_block_size_no_gpu_backend_takes_is_refused_with_a_model_on_a_gpu(caps
     assert main([*args, "--preset", "vllm-v1"]) == 0
     out = capsys.readouterr().out
     assert f"note: block size 8: {said}" in out
-    assert "kvsim has not read --preset vllm-v1's backends' sizes and runs it as asked" in out
+    assert "kvsim has not read the backends' sizes of --preset vllm-v1 and runs it as asked" in out
     # The prefill replicas' own size (--prefill-config) is refused as theirs.
     fleet = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--replicas", "1", "--prefill-replicas", "1",
              "--requests", "2"]  # fmt: skip

@@ -216,3 +216,23 @@ def test_sweep_points_and_plans_candidates_read_the_model_under_their_release(ca
     err = _error(capsys, [*PLAN, "--model", csf, "--gpu", "b200", "--compare", "vllm_release=0.34.0,0.33.0"])
     assert err.startswith("kvsim plan: error: argument --compare: candidate vllm_release=0.33.0: "), err
     assert re.search(CSF, err), err
+
+
+def test_a_model_keeps_the_release_it_was_read_by_as_given_and_messages_name_it_one_way():
+    """A model read under `v0` records `v0` (not a number no release has), and a number as given; a release is
+    named by `releases.said` alone, which `presets.release_words` builds on."""
+    from kvsim.model.hf_config import from_hf_config
+    from kvsim.model.presets import release_words
+    from kvsim.model.releases import RELEASES, said
+
+    path = HF / "llama-3.1-8b.json"
+    for release in ("v0", "0.33", "0.34.0"):
+        model = from_hf_config(path, release=release)
+        assert model.release == release
+        assert from_hf_config(path, release=model.release) == model  # read again by what it records
+    assert said("v0") == "vLLM's v0 engine"
+    assert said("0.33") == "vLLM 0.33.0"
+    for release in RELEASES:
+        assert release_words(release).startswith(f"{said(release)} (vllm_release {release!r}: preset")
+    with pytest.raises(InvalidArgumentError, match="is not a vLLM release number"):
+        from_hf_config(path, release="0.x")

@@ -77,7 +77,7 @@ def test_an_older_presets_auto_and_nvfp4_are_refused_by_its_release(name):
     release = RELEASE_OF[name]
     said = "vLLM's v0 engine" if release == "v0" else f"vLLM {release}"
     named = f"{said} (vllm_release '{release}': preset {name}"
-    with pytest.raises(InvalidArgumentError, match=f"preset '{name}' is an older vLLM than 0.33.0") as info:
+    with pytest.raises(InvalidArgumentError, match=f"preset {name} is an older vLLM than 0.33.0") as info:
         SimConfig.preset(name, max_model_len="auto", **LLAMA_70B_TP2)
     assert named in str(info.value)
     older = SimConfig.preset(name, model="llama-3.1-8b", gpu="h100-80gb")
@@ -87,6 +87,13 @@ def test_an_older_presets_auto_and_nvfp4_are_refused_by_its_release(name):
     with pytest.raises(InvalidArgumentError) as info:
         SimConfig.preset(name, model="llama-3.1-8b", gpu="b200", kv_cache_dtype="nvfp4")
     assert str(info.value).startswith(f"kv_cache_dtype 'nvfp4' under {named}")
+    # A release given over a preset is the one named, not the preset (which is not older).
+    with pytest.raises(InvalidArgumentError) as info:
+        SimConfig.preset("vllm-latest", vllm_release=release, max_model_len=-1)
+    assert str(info.value).startswith(
+        f"max_model_len auto (-1): vllm_release '{release}' is an older vLLM than 0.33.0"
+    )
+    assert "preset 'vllm-latest'" not in str(info.value)
     # (and the same preset with the free order 0.23.0 gave, which refused nothing before, refuses them alike)
     with pytest.raises(InvalidArgumentError, match="kvsim has not read that release's"):
         SimConfig.preset(name, max_model_len="auto", free_order="lifo_unhashed", **LLAMA_70B_TP2)
@@ -162,9 +169,15 @@ def test_kvsim_run_takes_auto_with_the_classic_free_order_and_refuses_it_by_the_
     assert out["config"]["max_model_len"] == 40_576
     err = _error(capsys, [*RUN_70B, "--preset", "vllm-0.20", "--max-model-len", "auto"])
     assert err.startswith(
-        "kvsim run: error: argument --max-model-len: max_model_len auto (-1): preset 'vllm-0.20'"
+        "kvsim run: error: argument --max-model-len: max_model_len auto (-1): preset vllm-0.20 is an older vLLM"
     )
     assert "vLLM 0.22.1 (vllm_release '0.22.1': preset vllm-0.20, vLLM 0.20.0 to 0.22.1)" in err
+    err = _error(
+        capsys, [*RUN_70B, "--preset", "vllm-latest", "--vllm-release", "0.22.1", "--max-model-len", "auto"]
+    )
+    assert err.startswith(
+        "kvsim run: error: argument --max-model-len: max_model_len auto (-1): vllm_release '0.22.1' is an older vLLM"
+    )
     err = _error(capsys, [*RUN_70B, "--vllm-release", "0.18.1", "--max-model-len", "auto"])
     assert err.startswith(
         "kvsim run: error: argument --max-model-len: max_model_len auto (-1) under vLLM 0.18.1 "
@@ -222,7 +235,7 @@ def test_the_command_lines_dtype_list_and_block_note_follow_the_release(capsys):
     assert "block size 8: vLLM 0.33.0 and 0.34.0 start no attention backend" in err
     assert main([*llama, "--vllm-release", "0.18.1", "--block-size", "8"]) == 0
     assert (
-        "kvsim has not read vllm_release '0.18.1''s backends' sizes and runs it as asked"
+        "kvsim has not read the backends' sizes of vllm_release '0.18.1' and runs it as asked"
         in capsys.readouterr().out
     )
 

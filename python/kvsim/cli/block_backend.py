@@ -73,4 +73,4 @@ def backend_block_note(config: Any, preset: str | None, who: str = "") -> str | 
     if size is None or is_read(config):
         return None
     by = named_release(config.vllm_release, preset, flag=True)
-    return f"{who}{_why(size)}; kvsim has not read {by}'s backends' sizes and runs it as asked"
+    return f"{who}{_why(size)}; kvsim has not read the backends' sizes of {by} and runs it as asked"

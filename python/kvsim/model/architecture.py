@@ -88,8 +88,9 @@ class Model:
             int groups; 0 for none) and whether the checkpoint quantizes such a matrix in some layer (an
             ignore list may leave it unquantized in all): what tensor parallelism must divide
             (`kvsim.model.shard`); empty for the 2024 presets.
-        release: the vLLM release whose reading of the config the model was built by (`kvsim.model.releases`;
-            the weights' readers read its quantization again by it).
+        release: the vLLM release whose reading of the config the model was built by, as given (`"0.34"`,
+            `"v0"`: `kvsim.model.releases`' readers' numbers); the weights' readers read its quantization
+            again by it.
     """
 
     name: str

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # The most decoder layers a config may state (the largest served models have a few hundred).
 MAX_LAYERS = 65_536
 
-_HF_CACHE: dict[tuple[str, float, float | None, str | None, str | None, tuple[int, int, int]], Model] = {}
+_HF_CACHE: dict[tuple[str, float, float | None, str | None, str | None, str], Model] = {}
 
 
 def hf_cache_dir() -> Path:
@@ -109,7 +109,8 @@ def from_hf_config(
         side_stamp = side.stat().st_mtime if side.is_file() else None
     except OSError as exc:
         raise InvalidArgumentError(f"model {str(path)!r}: cannot read {p}: {exc.strerror}") from None
-    key = (str(p), stamp, side_stamp, name, quantization, release_version(release))
+    release_version(release)  # (refused by name before the file is read; the model records it as given)
+    key = (str(p), stamp, side_stamp, name, quantization, release)
     if key in _HF_CACHE:
         return _HF_CACHE[key]
     try:
@@ -701,7 +702,7 @@ def _from_dict(
         uncounted=uncounted,
         rope_cache_bytes=rope_bytes,
         mla_absorbed_bytes=mla_absorbed_bytes(b, q, dtype_bits(dtype)),
-        release=".".join(map(str, release_version(release))),
+        release=release,
     )
     why = nvfp4_refusal(model, model.kv_dtype)
     if why is not None:

@@ -43,7 +43,7 @@ from typing import Any
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.dtypes import NVFP4_KV
 from kvsim.model.knobs import V0_SWAP_SPACE_BYTES, convert
-from kvsim.model.releases import LATEST, READ_FROM, RELEASES, is_read, release_of
+from kvsim.model.releases import LATEST, READ_FROM, RELEASES, is_read, release_of, said
 
 # What vLLM 0.34.0 changed (DESIGN.md §Presets, "vLLM 0.34.0"), as every earlier release had it.
 BEFORE_034: dict[str, Any] = {
@@ -118,7 +118,7 @@ def presets_of(release: str) -> str:
 def release_words(release: str) -> str:
     """A release as messages name it: `vLLM 0.18.1 (vllm_release '0.18.1': preset vllm-v1, vLLM 0.12.0 to
     0.18.1)`."""
-    vllm = "vLLM's v0 engine" if release == "v0" else f"vLLM {release}"
+    vllm = said(release)
     span = "" if RELEASES[release] == vllm else f", {RELEASES[release]}"
     presets = presets_of(release)
     return f"{vllm} (vllm_release {release!r}: preset{'s' if ',' in presets else ''} {presets}{span})"
@@ -173,7 +173,7 @@ def preset_knobs(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     release = release_of(convert("vllm_release", overrides.get("vllm_release", chosen["vllm_release"])))
     if not is_read(release) and convert("max_model_len", overrides.get("max_model_len")) == -1:
         raise InvalidArgumentError(
-            f"max_model_len auto (-1): preset {name!r} is an older vLLM than {READ_FROM}, whose auto-fit kvsim "
+            f"max_model_len auto (-1): {named_release(release, name)} is an older vLLM than {READ_FROM}, whose auto-fit kvsim "
             f"models (vllm-0.33, vllm-latest): {release_words(release)}; kvsim has not read that release's, so it "
             "does not guess it: give a length"
         )

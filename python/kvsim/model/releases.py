@@ -1,11 +1,19 @@
-"""The vLLM releases whose rules kvsim models (DESIGN.md §Presets, "The release"): the knob `vllm_release`
-that every `SimConfig` records, one release a configuration, set by its preset (`kvsim.model.presets`) and
-0.34.0 without one; `release_at_least`, the one comparison of releases that the rules which differ by
-release read (the refusals of max_model_len auto and of an NVFP4 KV cache, the KV cache dtypes' list, the
-attention backends' block sizes); and the release numbers the config readers take where releases read a
-checkpoint's field differently (`version`, `at_least`, `said`: ModelOpt's `weight_scale_encoding`,
-`kvsim.model.quant_modelopt`; MiniMax-M3's legacy sparse fields, `kvsim.model.dsa`; compressed-tensors'
-W4A8 int storage, `kvsim.model.quant_ct`), defaulting to `LATEST`.
+"""The vLLM releases whose rules kvsim models (DESIGN.md §Presets, "The release"), and the two kinds of
+function that read a release.
+
+- A configuration's (`release_of`, `release_at_least`, `is_read`) take only `RELEASES`' keys and refuse any
+  other by name: the knob `vllm_release` that every `SimConfig` records, one release a configuration, set by
+  its preset (`kvsim.model.presets`) and 0.34.0 without one. The rules that differ by release read it
+  through them (the refusals of max_model_len auto and of an NVFP4 KV cache, the KV cache dtypes' list, the
+  attention backends' block sizes).
+- The config readers' (`version`, `at_least`, `said`) take any release number (`"0.34.0"`, `"0.34"`,
+  `"0.30.5"`, or `v0`) and refuse only what is no release number: the readers take the release as a plain
+  argument, defaulting to `LATEST`, where releases read a checkpoint's field differently (ModelOpt's
+  `weight_scale_encoding`, `kvsim.model.quant_modelopt`; MiniMax-M3's legacy sparse fields,
+  `kvsim.model.dsa`; compressed-tensors' W4A8 int storage, `kvsim.model.quant_ct`). A configuration passes
+  its own, one of `RELEASES`.
+
+`said` is the one way a message names a release (`kvsim.model.presets.release_words` builds on it).
 
 A preset stands for a range of releases whose rules kvsim found alike, and records the newest of them (the
 release its rules hold up to; `vllm-0.33` the one whose auto-fit and NVFP4 layout kvsim read, 0.33.0);
