@@ -236,3 +236,27 @@ def test_a_model_keeps_the_release_it_was_read_by_as_given_and_messages_name_it_
         assert release_words(release).startswith(f"{said(release)} (vllm_release {release!r}: preset")
     with pytest.raises(InvalidArgumentError, match="is not a vLLM release number"):
         from_hf_config(path, release="0.x")
+
+
+def test_a_model_is_first_checked_under_the_release_the_configuration_records(capsys, tmp_path):
+    """A config refused under either release, for a different field under each: the refusal is the
+    configuration's release's own (its first), never the latest's, in SimConfig and on the command line
+    (the release given by flag, run file or preset)."""
+    cfg = copy.deepcopy(minimax_m3_cfg())
+    cfg["sparse_attention_config"].update(sparse_init_block=-1, sparse_num_index_heads=8)
+    path = _write(tmp_path, "both", wrapped(cfg))
+    knobs = {"gpu": "b200", "tensor_parallel_size": 8, "max_model_len": 32768}
+    older, latest = r"sparse_init_block' -1 ", r"sparse_num_index_heads' 8 is not the 4 KV heads"
+    with pytest.raises(InvalidArgumentError, match=latest):
+        SimConfig(model=path, **knobs)
+    with pytest.raises(InvalidArgumentError, match=older):
+        SimConfig(model=path, vllm_release="0.33.0", **knobs)
+    with pytest.raises(InvalidArgumentError, match=older):
+        SimConfig.preset("vllm-0.33", model=path, **knobs)
+    run = ["run", "--model", path, "--gpu", "b200", "-tp", "8", "--max-model-len", "32768", "--requests", "2"]
+    assert re.search(latest, _error(capsys, run))
+    run_file = tmp_path / "run.toml"
+    run_file.write_text('[config]\nvllm_release = "0.33.0"\n')
+    for flags in (["--vllm-release", "0.33.0"], ["--preset", "vllm-0.33"], ["--toml", str(run_file)]):
+        err = _error(capsys, [*run, *flags])
+        assert re.search(older, err), (flags, err)
