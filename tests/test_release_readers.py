@@ -103,13 +103,33 @@ def test_a_csf_checkpoint_is_refused_under_0_33_0_and_sized_under_0_34_0(tmp_pat
 def test_kvsim_run_refuses_a_csf_checkpoint_under_0_33_0_in_one_line(capsys, tmp_path):
     csf = _csf(tmp_path)
     run = ["run", "--model", csf, "--gpu", "b200", "--requests", "2", "--num-gpu-blocks-override", "64"]
-    for flags in (["--preset", "vllm-0.33"], ["--vllm-release", "0.33.0"]):
-        err = _error(capsys, [*run, *flags])
-        assert err.startswith(f"kvsim run: error: argument --model: model {csf!r}: "), err
-        assert re.search(CSF, err), err
     run_file = tmp_path / "run.toml"
     run_file.write_text('[config]\nvllm_release = "0.33.0"\n')
-    assert re.search(CSF, _error(capsys, [*run, "--toml", str(run_file)]))
+    # the line names what set the release, which refused the model (0.34.0 reads it), beside the model's flag
+    setters = {
+        "--preset vllm-0.33": ["--preset", "vllm-0.33"],
+        "--vllm-release 0.33.0": ["--vllm-release", "0.33.0"],
+        f"run file {run_file}: [config] vllm_release '0.33.0'": ["--toml", str(run_file)],
+    }
+    for setter, flags in setters.items():
+        err = _error(capsys, [*run, *flags])
+        assert err.startswith(f"kvsim run: error: argument --model (read under {setter}): model {csf!r}: "), (
+            err
+        )
+        assert re.search(CSF, err), err
+    # (the model given as MODEL, or by a run file, is named so too)
+    err = _error(capsys, [*run[:1], csf, *run[3:], "--vllm-release", "0.33.0"])
+    assert err.startswith("kvsim run: error: argument MODEL (read under --vllm-release 0.33.0): model "), err
+    model_file = tmp_path / "model.toml"
+    model_file.write_text(f"[config]\nmodel = {json.dumps(csf)}\n")
+    err = _error(capsys, [*run[:1], *run[3:], "--toml", str(model_file), "--preset", "vllm-0.33"])
+    assert err.startswith(
+        f"kvsim run: error: run file {model_file}: [config] model (read under --preset vllm-0.33): "
+    )
+    # a refusal of the latest release too is the model's alone, named as before
+    missing = str(tmp_path / "none" / "config.json")
+    err = _error(capsys, ["run", "--model", missing, *run[3:], "--preset", "vllm-0.33"])
+    assert err.startswith(f"kvsim run: error: argument --model: model {missing!r}: "), err
     out = _json(capsys, [*run, "--preset", "vllm-0.34"])
     assert out["config"]["vllm_release"] == "0.34.0"
 

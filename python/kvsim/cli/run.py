@@ -45,7 +45,13 @@ from kvsim.cli.refusals import (
     given_where,
     measured_flag_error,
 )
-from kvsim.cli.release_checks import prefill_release, refuse_kv_dtype, run_release
+from kvsim.cli.release_checks import (
+    prefill_release,
+    read_model,
+    refuse_kv_dtype,
+    release_setter,
+    run_release,
+)
 from kvsim.errors import InvalidArgumentError, MeasuredSizingError, TimeUnitError, TraceFormatError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
@@ -185,6 +191,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
     release = run_release(args, data)
     # (the model's reader's release; one that is no release is the knob's to refuse)
     reads = release if isinstance(release, str) and release in RELEASES else None
+    setter = release_setter(args, data)
     for k, v in data.get("config", {}).items():
         if k not in CONFIG_FIELDS:
             import difflib
@@ -193,6 +200,10 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise InvalidArgumentError(f"run file {args.toml}: unknown SimConfig field {k!r}{hint}")
         refuse_kv_dtype(f"run file {args.toml}: [config] kv_cache_dtype", k, v, release, args.preset)
+        if k == "model":
+            at = f"run file {args.toml}: [config]"
+            cfg[k] = read_model(f"{at} model", v, reads, setter, plain=f"{at} ")
+            continue
         try:
             cfg[k] = toml_value(k, v, reads)  # SimConfig's rule: no "400" for an integer (flags are text)
         except InvalidArgumentError as exc:
@@ -203,7 +214,11 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
         if given is not None:
             flag, text = given
             refuse_kv_dtype(f"argument {flag}", name, text, release, args.preset)
-            cfg[name] = _flag_value(flag, name, text, reads)
+            cfg[name] = (
+                read_model(f"argument {flag}", text, reads, setter)
+                if name == "model"
+                else _flag_value(flag, name, text, reads)
+            )
             flag_of[name] = flag
     positional = getattr(args, "model_arg", None)
     if positional is not None:
@@ -211,7 +226,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
             raise FlagError(
                 f"argument {flag_of['model']}: the model is given twice (MODEL {positional!r} too)"
             )
-        cfg["model"] = _flag_value("MODEL", "model", positional, reads)
+        cfg["model"] = read_model("argument MODEL", positional, reads, setter)
         flag_of["model"] = "MODEL"
     _gpu_from_flags(args, cfg)
     if cfg.get("num_blocks") is None and cfg.get("model") is None:
