@@ -252,6 +252,38 @@ def test_a_memory_past_the_page_is_refused_by_the_bound_that_applies(client, giv
         assert "between" not in body["error"]
 
 
+@pytest.mark.parametrize("digits", [100, 307, 309])
+def test_a_memory_of_hundreds_of_digits_is_refused_by_its_cap_and_shown_by_its_length(client, digits):
+    """The page sends a size typed as 1e300 MiB as its 307 digits of bytes: refused by the cap that applies
+    (it read "kv_offloading_bytes is 307 characters long, more than any value takes", which the page showed
+    as it was), the size and its count shown by their length, not echoed; past `MAX_SIZE_DIGITS` digits, or
+    any other parameter past `MAX_VALUE_CHARS`, the value is refused by its length."""
+    from kvsim.lab.query import MAX_TIER_CHUNKS
+    from kvsim.lab.server import MAX_SIZE_DIGITS, MAX_VALUE_CHARS
+
+    assert MAX_VALUE_CHARS < 307 <= MAX_SIZE_DIGITS
+    given = "1" + "0" * (digits - 1)
+    for field, says in (
+        ("kv_offloading_bytes", f"more than the page draws ({MAX_TIER_CHUNKS:,}): give it at most "),
+        ("kv_cache_bytes", "give the KV cache at most "),
+    ):
+        r = client.get("/api/run", params={"preset": "copilot", field: given})
+        assert r.status_code == 400, r.text
+        body = r.json()
+        assert body["field"] == field
+        assert body["error"].startswith(f"{field} 100000... (a {digits}-digit size"), body["error"]
+        assert " holds over 10^" in body["error"], body["error"]
+        assert says in body["error"], body["error"]
+        assert len(r.text) < 400
+    too_long = client.get("/api/run", params={"kv_offloading_bytes": "1" * (MAX_SIZE_DIGITS + 1)})
+    assert (
+        too_long.json()["error"]
+        == f"kv_offloading_bytes is {MAX_SIZE_DIGITS + 1} characters long, more than any value takes"
+    )
+    other = client.get("/api/run", params={"num_blocks": "1" * 300})
+    assert other.json()["error"] == "num_blocks is 300 characters long, more than any value takes"
+
+
 def test_a_run_past_the_caps_is_413(client, monkeypatch):
     from kvsim.lab import bundle as _  # noqa: F401
 

@@ -210,7 +210,7 @@ def test_no_sparse_config_is_refused_and_other_fields_still_are():
     cfg = _cfg()
     del cfg["sparse_attention_config"]
     with pytest.raises(InvalidArgumentError, match=r"without a 'sparse_attention_config'"):
-        _model(cfg)
+        _model(cfg, "0.33.0")
     with pytest.raises(InvalidArgumentError, match=r"'index_topk'"):
         _model({**_cfg(), "index_topk": 2048})
     # (a 'layer_types' is transformers 5's schema, read as vLLM 0.34.0 reads it: test_transformers_5_schema)
@@ -266,7 +266,7 @@ def test_the_moe_fields_read_as_vllm_reads_them():
             _model({**_cfg(), "use_routing_bias": bad})
     no_freq = {k: v for k, v in _cfg().items() if k != "moe_layer_freq"}
     with pytest.raises(InvalidArgumentError, match="without 'moe_layer_freq'"):
-        _model(no_freq)
+        _model(no_freq, "0.33.0")
     for bad in (1, [1] * 59, "1"):
         with pytest.raises(InvalidArgumentError, match="'moe_layer_freq'"):
             _model({**_cfg(), "moe_layer_freq": bad})
@@ -360,16 +360,32 @@ def test_transformers_5_schema_against_the_legacy_fields_as_transformers_resolve
             _model({**_transformers_5(_cfg()), key: bad})
 
 
-def test_the_legacy_schemas_missing_fields_name_both_releases():
+def test_the_legacy_schemas_missing_fields_are_read_under_0_34_0_and_refused_under_0_33_0():
     """Without `sparse_attention_config` or `moe_layer_freq` (and no transformers 5 field) vLLM 0.33.0 and
-    0.34.0 build different models: refused, the message naming each release's default."""
-    cfg = _cfg()
-    del cfg["sparse_attention_config"]
-    with pytest.raises(
-        InvalidArgumentError, match=r"0\.33\.0's MiniMaxM3TextConfig .* 0\.34\.0's .* full attention"
-    ):
-        _model(cfg)
-    cfg = _cfg()
-    del cfg["moe_layer_freq"]
-    with pytest.raises(InvalidArgumentError, match=r"0\.34\.0's .* every layer MoE"):
-        _model(cfg)
+    0.34.0 build different models. 0.33.0's MiniMaxM3TextConfig puts the preview checkpoint's in place of
+    the missing field (not guessed: refused, the message naming both releases' defaults); 0.34.0 reads the
+    config through transformers' MiniMaxM3VLTextConfig, whose defaults make every layer full attention
+    (`layer_types`) and every MLP a MoE block (`mlp_layer_types`): the model transformers 5's schema with
+    those lists gives."""
+    no_sparse = {k: v for k, v in _cfg().items() if k != "sparse_attention_config"}
+    no_moe = {k: v for k, v in _cfg().items() if k != "moe_layer_freq"}
+    for older in ("0.33.0", "0.22.1"):
+        with pytest.raises(
+            InvalidArgumentError, match=r"0\.33\.0's MiniMaxM3TextConfig .* 0\.34\.0's.* full attention"
+        ):
+            _model(no_sparse, older)
+        with pytest.raises(InvalidArgumentError, match=r"0\.34\.0's.* every layer MoE"):
+            _model(no_moe, older)
+    full, dense_free = _model(no_sparse), _model(no_moe)
+    # every layer full attention: 60 layers of K and V, no index key (4 KV heads x 256 x bf16 = 2,048 B)
+    assert not full.is_dsa
+    assert full.kv_bytes_per_token == 60 * 2_048
+    # as the new schema says it in so many words (the sparse layers' index keys kept in `no_moe`)
+    assert (
+        full.kv_bytes_per_token
+        == _model({**no_sparse, "layer_types": ["full_attention"] * 60}).kv_bytes_per_token
+    )
+    assert full.num_params == _model({**no_sparse, "layer_types": ["full_attention"] * 60}).num_params
+    assert dense_free.num_params == _model({**no_moe, "mlp_layer_types": ["sparse"] * 60}).num_params
+    assert dense_free.num_params > _model().num_params  # (3 dense layers became MoE)
+    assert dense_free.kv_bytes_per_token == _model().kv_bytes_per_token == 137_472

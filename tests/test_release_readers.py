@@ -103,13 +103,33 @@ def test_a_csf_checkpoint_is_refused_under_0_33_0_and_sized_under_0_34_0(tmp_pat
 def test_kvsim_run_refuses_a_csf_checkpoint_under_0_33_0_in_one_line(capsys, tmp_path):
     csf = _csf(tmp_path)
     run = ["run", "--model", csf, "--gpu", "b200", "--requests", "2", "--num-gpu-blocks-override", "64"]
-    for flags in (["--preset", "vllm-0.33"], ["--vllm-release", "0.33.0"]):
-        err = _error(capsys, [*run, *flags])
-        assert err.startswith(f"kvsim run: error: argument --model: model {csf!r}: "), err
-        assert re.search(CSF, err), err
     run_file = tmp_path / "run.toml"
     run_file.write_text('[config]\nvllm_release = "0.33.0"\n')
-    assert re.search(CSF, _error(capsys, [*run, "--toml", str(run_file)]))
+    # the line names what set the release, which refused the model (0.34.0 reads it), beside the model's flag
+    setters = {
+        "--preset vllm-0.33": ["--preset", "vllm-0.33"],
+        "--vllm-release 0.33.0": ["--vllm-release", "0.33.0"],
+        f"run file {run_file}: [config] vllm_release '0.33.0'": ["--toml", str(run_file)],
+    }
+    for setter, flags in setters.items():
+        err = _error(capsys, [*run, *flags])
+        assert err.startswith(f"kvsim run: error: argument --model (read under {setter}): model {csf!r}: "), (
+            err
+        )
+        assert re.search(CSF, err), err
+    # (the model given as MODEL, or by a run file, is named so too)
+    err = _error(capsys, [*run[:1], csf, *run[3:], "--vllm-release", "0.33.0"])
+    assert err.startswith("kvsim run: error: argument MODEL (read under --vllm-release 0.33.0): model "), err
+    model_file = tmp_path / "model.toml"
+    model_file.write_text(f"[config]\nmodel = {json.dumps(csf)}\n")
+    err = _error(capsys, [*run[:1], *run[3:], "--toml", str(model_file), "--preset", "vllm-0.33"])
+    assert err.startswith(
+        f"kvsim run: error: run file {model_file}: [config] model (read under --preset vllm-0.33): "
+    )
+    # a refusal of the latest release too is the model's alone, named as before
+    missing = str(tmp_path / "none" / "config.json")
+    err = _error(capsys, ["run", "--model", missing, *run[3:], "--preset", "vllm-0.33"])
+    assert err.startswith(f"kvsim run: error: argument --model: model {missing!r}: "), err
     out = _json(capsys, [*run, "--preset", "vllm-0.34"])
     assert out["config"]["vllm_release"] == "0.34.0"
 
@@ -236,3 +256,27 @@ def test_a_model_keeps_the_release_it_was_read_by_as_given_and_messages_name_it_
         assert release_words(release).startswith(f"{said(release)} (vllm_release {release!r}: preset")
     with pytest.raises(InvalidArgumentError, match="is not a vLLM release number"):
         from_hf_config(path, release="0.x")
+
+
+def test_a_model_is_first_checked_under_the_release_the_configuration_records(capsys, tmp_path):
+    """A config refused under either release, for a different field under each: the refusal is the
+    configuration's release's own (its first), never the latest's, in SimConfig and on the command line
+    (the release given by flag, run file or preset)."""
+    cfg = copy.deepcopy(minimax_m3_cfg())
+    cfg["sparse_attention_config"].update(sparse_init_block=-1, sparse_num_index_heads=8)
+    path = _write(tmp_path, "both", wrapped(cfg))
+    knobs = {"gpu": "b200", "tensor_parallel_size": 8, "max_model_len": 32768}
+    older, latest = r"sparse_init_block' -1 ", r"sparse_num_index_heads' 8 is not the 4 KV heads"
+    with pytest.raises(InvalidArgumentError, match=latest):
+        SimConfig(model=path, **knobs)
+    with pytest.raises(InvalidArgumentError, match=older):
+        SimConfig(model=path, vllm_release="0.33.0", **knobs)
+    with pytest.raises(InvalidArgumentError, match=older):
+        SimConfig.preset("vllm-0.33", model=path, **knobs)
+    run = ["run", "--model", path, "--gpu", "b200", "-tp", "8", "--max-model-len", "32768", "--requests", "2"]
+    assert re.search(latest, _error(capsys, run))
+    run_file = tmp_path / "run.toml"
+    run_file.write_text('[config]\nvllm_release = "0.33.0"\n')
+    for flags in (["--vllm-release", "0.33.0"], ["--preset", "vllm-0.33"], ["--toml", str(run_file)]):
+        err = _error(capsys, [*run, *flags])
+        assert re.search(older, err), (flags, err)

@@ -213,6 +213,16 @@ def test_a_memory_refusal_speaks_in_mib(sized_lab: LabPage) -> None:
             "99999999999",
             f"give the KV cache at most {pool_cap}, or choose a larger block size.",
         ),
+        # Sizes of hundreds of digits of bytes: refused by the same caps, in the field's words (1e300 MiB read
+        # "kv_offloading_bytes is 307 characters long, more than any value takes"); one past the largest
+        # number (1e303 MiB: Infinity bytes) too.
+        (
+            "#c-tier",
+            "1e300",
+            f"holds over 10^299 chunks, more than the page draws ({MAX_TIER_CHUNKS:,}): give it at most {tier_cap}.",
+        ),
+        ("#c-tier", "1e303", f"give it at most {tier_cap}."),
+        ("#c-kv-memory", "1e300", f"give the KV cache at most {pool_cap}, or choose a larger block size."),
     ):
         lab.change(sel, typed)
         banner = text(lab, "#banner")
@@ -221,6 +231,8 @@ def test_a_memory_refusal_speaks_in_mib(sized_lab: LabPage) -> None:
         )
         assert says in banner, banner
         assert "between" not in banner
+        assert "characters long" not in banner
+        assert "digit" not in banner
         assert lab.page.input_value("#c-tier") == "0"
         assert lab.page.input_value("#c-kv-memory") == "128"
     # Chromium logs the 4xx answers themselves as console errors; only those are expected here.

@@ -45,9 +45,9 @@ def _none_text(name: str, text: str) -> Any:
     )
 
 
-def coerce(name: str, value: Any) -> Any:
+def coerce(name: str, value: Any, release: Any = None) -> Any:
     """`value` (flag text or a TOML value) converted to SimConfig field `name` by the field's own rule
-    (`kvsim.model.config.convert`: sizes and durations take units, `12GiB`, `5ms`; `none` unsets an optional
+    (`kvsim.model.config.convert`, a model read under `release`: sizes and durations take units, `12GiB`, `5ms`; `none` unsets an optional
     field (`_none_text`); `true`/`false` for switches).
 
     Raises:
@@ -64,13 +64,13 @@ def coerce(name: str, value: Any) -> Any:
             v = literal(text) if kind in ("int", "float", "bool") else text
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"{name} {exc}") from None
-    return convert(name, v)
+    return convert(name, v, release)
 
 
-def toml_value(name: str, value: Any) -> Any:
+def toml_value(name: str, value: Any, release: Any = None) -> Any:
     """A run file's TOML value for SimConfig field `name`, by SimConfig's own rule (`convert`): a string
     only where the field takes one (sizes and durations with units, `12GiB`, `5ms`; choices, names,
-    paths), so `num_blocks = "400"` is refused as `SimConfig(num_blocks="400")` is; `"none"` unsets an
+    paths; a model read under `release`), so `num_blocks = "400"` is refused as `SimConfig(num_blocks="400")` is; `"none"` unsets an
     optional field (TOML has no null; `_none_text`). Flag text, which is all strings, goes through `coerce`.
 
     Raises:
@@ -78,7 +78,7 @@ def toml_value(name: str, value: Any) -> Any:
     """
     if isinstance(value, str) and value.strip().lower() in ("none", "null"):
         return _none_text(name, value.strip())
-    return convert(name, value)
+    return convert(name, value, release)
 
 
 # ---------------------------------------------------------------------------------------------- grid

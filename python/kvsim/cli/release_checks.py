@@ -1,7 +1,8 @@
 """The command line's checks of a value by the vLLM release the run models (`vllm_release`: `--vllm-release`,
 the run file's field, else `--preset`'s release, else 0.34.0; `kvsim.model.releases`), made where the value is
 read, before the configuration is built: a `--kv-cache-dtype` the release refuses, or takes but kvsim does not
-model (`kvsim.model.kv_dtype_values.refusal`)."""
+model (`kvsim.model.kv_dtype_values.refusal`); a model that release refuses where the latest reads it, named
+with what set the release (`read_model`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import argparse
 import re
 from typing import Any
 
+from kvsim.analysis.sweep_grid import coerce
 from kvsim.cli.flags import FlagError
+from kvsim.errors import InvalidArgumentError
 from kvsim.model.kv_dtype_values import refusal as kv_dtype_refusal
 from kvsim.model.presets import release_under
 
@@ -34,3 +37,34 @@ def refuse_kv_dtype(where: str, name: str, value: Any, release: Any, preset: str
     why = kv_dtype_refusal(value, release, preset) if name == "kv_cache_dtype" else None
     if why is not None:
         raise FlagError(f"{where}: {why}")
+
+
+def release_setter(args: argparse.Namespace, data: dict[str, Any]) -> str | None:
+    """What set the run's release (`run_release`), as a message names it: `--vllm-release 0.33.0`, the run
+    file's field, or `--preset vllm-0.33`; None where nothing did (the latest)."""
+    flag = getattr(args, "cfg_vllm_release", None)
+    if flag is not None:
+        return f"{flag[0]} {flag[1]}"
+    given = data.get("config", {}).get("vllm_release")
+    if given is not None:
+        return f"run file {args.toml}: [config] vllm_release {given!r}"
+    return f"--preset {args.preset}" if args.preset is not None else None
+
+
+def read_model(where: str, value: Any, release: Any, setter: str | None, plain: str | None = None) -> Any:
+    """Model `value` given at `where` (`argument --model`, `MODEL`, the run file's field), read under the
+    run's `release` (`coerce`). A refusal names `where`; where `setter` set the release (`release_setter`)
+    and the latest release reads the model, so that the release refused it, the line names the setter too
+    (`argument --model (read under --preset vllm-0.33): model ...`); else it starts `plain` (default
+    `where: `)."""
+    try:
+        return coerce("model", value, release)
+    except InvalidArgumentError as exc:
+        if setter is not None and release is not None:
+            try:
+                coerce("model", value)
+            except InvalidArgumentError:
+                pass
+            else:
+                raise FlagError(f"{where} (read under {setter}): {exc}") from None
+        raise FlagError(f"{plain or f'{where}: '}{exc}") from None

@@ -45,11 +45,18 @@ from kvsim.cli.refusals import (
     given_where,
     measured_flag_error,
 )
-from kvsim.cli.release_checks import prefill_release, refuse_kv_dtype, run_release
+from kvsim.cli.release_checks import (
+    prefill_release,
+    read_model,
+    refuse_kv_dtype,
+    release_setter,
+    run_release,
+)
 from kvsim.errors import InvalidArgumentError, MeasuredSizingError, TimeUnitError, TraceFormatError
 from kvsim.model.config import CLUSTER_KNOBS, KNOBS
 from kvsim.model.knob_table import MAX_TIME_PS, PS_PER_S
 from kvsim.model.models import transformers_backend_note
+from kvsim.model.releases import RELEASES
 from kvsim.model.units import fmt_count
 from kvsim.workloads.registry import format_value, trace_file_hint
 
@@ -63,8 +70,9 @@ TRACE_FLAGS = {
 }
 
 
-def _flag_value(flag: str, name: str, text: Any) -> Any:
-    """The value of knob `name` from `text`, given as `flag` (vLLM's `--swap-space` counts GiB)."""
+def _flag_value(flag: str, name: str, text: Any, release: Any = None) -> Any:
+    """The value of knob `name` from `text`, given as `flag` (vLLM's `--swap-space` counts GiB; a model read
+    under `release`, `coerce`)."""
     bare_number = r"\s*(\d[\d_]*\.?\d*|\.\d+)([eE][+-]?\d+)?\s*"
     if flag == "--swap-space" and isinstance(text, str) and re.fullmatch(bare_number, text):
         # vLLM's --swap-space is a float of GiB, cut to whole bytes (int(swap_space * GiB_bytes)).
@@ -76,7 +84,7 @@ def _flag_value(flag: str, name: str, text: Any) -> Any:
     if flag in _VLLM_HUMAN_INT_FLAGS and isinstance(text, str):
         text = _vllm_human_int(flag, text)
     try:
-        return coerce(name, text)
+        return coerce(name, text, release)
     except InvalidArgumentError as exc:
         raise FlagError(f"argument {flag}: {exc}") from None
 
@@ -181,6 +189,9 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
 
     cfg: dict[str, Any] = {}
     release = run_release(args, data)
+    # (the model's reader's release; one that is no release is the knob's to refuse)
+    reads = release if isinstance(release, str) and release in RELEASES else None
+    setter = release_setter(args, data)
     for k, v in data.get("config", {}).items():
         if k not in CONFIG_FIELDS:
             import difflib
@@ -189,8 +200,12 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise InvalidArgumentError(f"run file {args.toml}: unknown SimConfig field {k!r}{hint}")
         refuse_kv_dtype(f"run file {args.toml}: [config] kv_cache_dtype", k, v, release, args.preset)
+        if k == "model":
+            at = f"run file {args.toml}: [config]"
+            cfg[k] = read_model(f"{at} model", v, reads, setter, plain=f"{at} ")
+            continue
         try:
-            cfg[k] = toml_value(k, v)  # SimConfig's rule: no "400" for an integer (flags are text)
+            cfg[k] = toml_value(k, v, reads)  # SimConfig's rule: no "400" for an integer (flags are text)
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"run file {args.toml}: [config] {exc}") from None
     flag_of: dict[str, str] = {}
@@ -199,7 +214,11 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
         if given is not None:
             flag, text = given
             refuse_kv_dtype(f"argument {flag}", name, text, release, args.preset)
-            cfg[name] = _flag_value(flag, name, text)
+            cfg[name] = (
+                read_model(f"argument {flag}", text, reads, setter)
+                if name == "model"
+                else _flag_value(flag, name, text, reads)
+            )
             flag_of[name] = flag
     positional = getattr(args, "model_arg", None)
     if positional is not None:
@@ -207,7 +226,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
             raise FlagError(
                 f"argument {flag_of['model']}: the model is given twice (MODEL {positional!r} too)"
             )
-        cfg["model"] = _flag_value("MODEL", "model", positional)
+        cfg["model"] = read_model("argument MODEL", positional, reads, setter)
         flag_of["model"] = "MODEL"
     _gpu_from_flags(args, cfg)
     if cfg.get("num_blocks") is None and cfg.get("model") is None:

@@ -263,6 +263,25 @@ def preset_tier_bytes(p: _presets.Preset) -> int:
     return c.kv_offloading_chunks * (c.kv_offloading_chunk_bytes or 0)
 
 
+# A size or count of more digits than this is shown by its first digits and its length: a memory field's
+# 1e300 MiB is a 307-digit number of bytes (the server takes a memory size of up to `MAX_SIZE_DIGITS`).
+_SHOWN_DIGITS = 64
+
+
+def sized(name: str, n: Any, of: str = "") -> str:
+    """`name` and its size `n` in bytes as a refusal starts (`kv_offloading_bytes 4096 (4.0 KiB of CPU
+    tier)`); past `_SHOWN_DIGITS` digits, `kv_offloading_bytes 104857... (a 307-digit size of CPU tier)`."""
+    digits = str(n)
+    if not isinstance(n, int) or len(digits) <= _SHOWN_DIGITS:
+        return f"{name} {n} ({fmt_bytes(n)}{of})" if isinstance(n, int) else f"{name} {n!r}"
+    return f"{name} {digits[:6]}... (a {len(digits):,}-digit size{of})"
+
+
+def _count(k: int) -> str:
+    """A count in words: `524,288`; past `_SHOWN_DIGITS` digits, `over 10^299`."""
+    return f"{k:,}" if len(str(k)) <= _SHOWN_DIGITS else f"over 10^{len(str(k)) - 1}"
+
+
 def _pool_blocks(kv_bytes: int, block_size: int, model: Any) -> int:
     """The blocks `kv_bytes` of KV cache holds (vLLM's `num_gpu_blocks`: memory ÷ bytes per block, its
     null block included), refused in plain words below 2 or past the page's cap."""
@@ -280,7 +299,7 @@ def _pool_blocks(kv_bytes: int, block_size: int, model: Any) -> int:
     if blocks < 2:
         smaller = "a smaller model" if raised else "a smaller block size or model"
         raise InvalidArgumentError(
-            f"kv_cache_bytes {kv_bytes} ({fmt_bytes(kv_bytes)}) holds {blocks} block{'' if blocks == 1 else 's'} "
+            f"{sized('kv_cache_bytes', kv_bytes)} holds {blocks} block{'' if blocks == 1 else 's'} "
             f"of {of} of {name} ({fmt_bytes(per_block)} each) and a pool needs 2 (vLLM's null block and one to "
             f"use): give the KV cache at least {fmt_bytes(2 * per_block)}, or choose {smaller}"
         )
@@ -288,7 +307,7 @@ def _pool_blocks(kv_bytes: int, block_size: int, model: Any) -> int:
     if blocks > cap:
         larger = "" if raised else ", or choose a larger block size"
         raise InvalidArgumentError(
-            f"kv_cache_bytes {kv_bytes} ({fmt_bytes(kv_bytes)}) holds {blocks:,} blocks of {of} of {name}, more "
+            f"{sized('kv_cache_bytes', kv_bytes)} holds {_count(blocks)} blocks of {of} of {name}, more "
             f"than the page draws (max_blocks {cap:,}): give the KV cache at most {fmt_bytes(cap * per_block)}"
             f"{larger}"
         )
@@ -332,7 +351,7 @@ def tier_size(tier_bytes: Any, values: dict[str, Any]) -> float | None:
     n = _check_int("kv_offloading_bytes", tier_bytes, 0, None)
     if n == 0:
         return None
-    what = f"kv_offloading_bytes {n} ({fmt_bytes(n)} of CPU tier)"
+    what = sized("kv_offloading_bytes", n, " of CPU tier")
     for knob, needed in TIER_NEEDS.items():
         if values[knob] != needed:
             raise InvalidArgumentError(
@@ -352,7 +371,7 @@ def check_tier_chunks(tier_bytes: int, cfg: SimConfig) -> None:
     chunk = cfg.kv_offloading_chunk_bytes
     assert chunk is not None, "the lab's configs have a model"
     chunks = tier_bytes // chunk  # (as `SimConfig` counts them: `tier_bytes` is the size in GiB × 2**30)
-    what = f"kv_offloading_bytes {tier_bytes} ({fmt_bytes(tier_bytes)} of CPU tier)"
+    what = sized("kv_offloading_bytes", tier_bytes, " of CPU tier")
     name = getattr(cfg.model, "name", cfg.model)
     if chunks < 1:
         raise InvalidArgumentError(
@@ -361,7 +380,7 @@ def check_tier_chunks(tier_bytes: int, cfg: SimConfig) -> None:
         )
     if chunks > MAX_TIER_CHUNKS:
         raise InvalidArgumentError(
-            f"{what} holds {chunks:,} chunks, more than the page draws ({MAX_TIER_CHUNKS:,}): give it at "
+            f"{what} holds {_count(chunks)} chunks, more than the page draws ({MAX_TIER_CHUNKS:,}): give it at "
             f"most {fmt_bytes(MAX_TIER_CHUNKS * chunk)}"
         )
 
@@ -403,9 +422,10 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         _check_choice("model", model, model_names())
     block_size = _check_int("block_size", o.get("block_size", cfg.block_size), 1, LIMITS["max_block_size"])
     if "num_blocks" in o and "kv_cache_bytes" in o:
+        v = o["kv_cache_bytes"]
+        given = sized("kv_cache_bytes", v) if len(str(v)) > _SHOWN_DIGITS else f"kv_cache_bytes {v!r}"
         raise InvalidArgumentError(
-            f"num_blocks {o['num_blocks']!r} and kv_cache_bytes {o['kv_cache_bytes']!r} both size the pool: "
-            "give one of them"
+            f"num_blocks {o['num_blocks']!r} and {given} both size the pool: give one of them"
         )
     kv_bytes: int | None = None
     if "num_blocks" in o:

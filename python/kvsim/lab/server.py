@@ -78,6 +78,11 @@ MEMORY_PARAMS = ("kv_cache_bytes", "kv_offloading_bytes")
 CACHE_SIZE = 8
 # A query value's most characters (the longest a valid one takes is a few dozen), and what an integer is.
 MAX_VALUE_CHARS = 256
+# A memory field's size (`MEMORY_PARAMS`) may be longer, up to this many digits: the page sends a size typed
+# as 1e300 MiB as its 307 digits of bytes, and the field's own check refuses it with the range it takes
+# (`kvsim.lab.query.sized` shows such a size by its length). A finite double has at most 309 digits (the
+# page sends Number.MAX_VALUE for a size past it); more would overflow the tier's size in GiB, a float.
+MAX_SIZE_DIGITS = 309
 INTEGER = re.compile(r"-?[0-9]+")
 
 
@@ -110,7 +115,8 @@ def _parse(request: Request, allowed: dict[str, tuple[str, str]]) -> dict[str, A
         if len(values) != 1:
             raise BadParameter(name, f"{name} given {len(values)} times")
         raw, kind = values[0], allowed[name][0]
-        if len(raw) > MAX_VALUE_CHARS:  # (an error would echo it: refused without it)
+        long_size = name in MEMORY_PARAMS and len(raw) <= MAX_SIZE_DIGITS and raw.isascii() and raw.isdigit()
+        if len(raw) > MAX_VALUE_CHARS and not long_size:  # (an error would echo it: refused without it)
             raise BadParameter(name, f"{name} is {len(raw):,} characters long, more than any value takes")
         if kind == "integer":
             # (plain ASCII digits only: Python's int() also reads '1_0', ' 1', '+1' and other scripts' digits)

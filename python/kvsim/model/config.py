@@ -210,8 +210,10 @@ class SimConfig(ConfigChecks, ConfigTimeModel, ConfigCpuTier, ConfigDict):
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        # (the release first: the model is read as it reads it, `convert`)
+        release = convert("vllm_release", self.vllm_release)
         for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, convert(f.name, getattr(self, f.name)))
+            object.__setattr__(self, f.name, convert(f.name, getattr(self, f.name), release))
         # (as given, converted: `to_dict` writes them, `replace` passes them on)
         object.__setattr__(self, "_given", {name: getattr(self, name) for name in _DERIVED})
         self._resolve_kv_cache_sizing()

@@ -206,7 +206,7 @@ _M3_LAYER_TYPES = {
 }
 
 
-def minimax_m3_schema(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+def minimax_m3_schema(cfg: dict[str, Any], where: str, release: str = LATEST) -> dict[str, Any]:
     """A MiniMax-M3 config in transformers 5's schema (`MiniMaxM3VLTextConfig`: `layer_types`,
     `mlp_layer_types`, the flat `index_*` fields, model_type `minimax_m3_vl_text`) turned into the legacy
     fields kvsim reads (`sparse_attention_config`, `moe_layer_freq`) as transformers' `__post_init__` resolves
@@ -215,7 +215,10 @@ def minimax_m3_schema(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     MLP a MoE block; a legacy `sparse_attention_config` index key wins over its flat field, which takes the
     class default where both are absent. The legacy fields vLLM 0.34.0 no longer reads (`sparse_score_type`,
     `sparse_init_block`, `sparse_disable_index_value`: every sparse layer builds no index value) are dropped.
-    A config with none of the new fields is returned as it is (vLLM 0.33.0's reading).
+    A config with none of the new fields is returned as it is (vLLM 0.33.0's reading), unless `release` is
+    0.34.0 or later and it lacks `sparse_attention_config` or `moe_layer_freq`: 0.34.0 reads every config
+    through `MiniMaxM3VLTextConfig`, whose defaults then make every layer full attention, every MLP a MoE
+    block (under 0.33.0 `minimax_m3_sparse` and `kvsim.model.params` refuse the missing field).
 
     Raises:
         InvalidArgumentError: a `layer_types` or `mlp_layer_types` that is not a list of the
@@ -223,8 +226,13 @@ def minimax_m3_schema(cfg: dict[str, Any], where: str) -> dict[str, Any]:
             a kind other than the two vLLM's MiniMax-M3 tells apart (`minimax_m3_sparse` / `full_attention`,
             `sparse` / `dense`), a `sparse_attention_config` that is not an object.
     """
-    new = cfg.get("model_type") == "minimax_m3_vl_text" or any(
-        cfg.get(k) is not None for k in (*_M3_LAYER_TYPES, *MINIMAX_M3_FLAT_INDEX)
+    new = (
+        cfg.get("model_type") == "minimax_m3_vl_text"
+        or any(cfg.get(k) is not None for k in (*_M3_LAYER_TYPES, *MINIMAX_M3_FLAT_INDEX))
+        or (
+            at_least(release, "0.34.0")
+            and any(cfg.get(k) is None for k in ("sparse_attention_config", "moe_layer_freq"))
+        )
     )
     count: Any = cfg.get("num_hidden_layers")
     if not new or not whole_at_least(count, 1):  # (no layer count: the reader refuses it by name)
@@ -324,8 +332,8 @@ def minimax_m3_sparse(
 
     Raises:
         InvalidArgumentError: what vLLM 0.33.0 refuses or builds otherwise than the config says, and what
-            kvsim does not model, each named by its field: no `sparse_attention_config` (vLLM's
-            MiniMaxM3TextConfig puts the preview's in its place), a `sparse_attention_freq` that is not a list
+            kvsim does not model, each named by its field: no `sparse_attention_config` (vLLM 0.33.0's
+            MiniMaxM3TextConfig puts the preview's in its place; under 0.34.0 `minimax_m3_schema` gives one), a `sparse_attention_freq` that is not a list
             of the layers' 0 / 1; on a config with sparse layers: `sparse_num_index_heads` other than
             `num_key_value_heads` (vLLM asserts it), `sparse_index_dim` or `head_dim` other than 128 (the
             backends' only head size), `sparse_block_size` other than 128 (the kernels' `SPARSE_BLOCK_SIZE`),
@@ -341,9 +349,9 @@ def minimax_m3_sparse(
     if not isinstance(sparse, Mapping):
         raise InvalidArgumentError(
             f"model {where}: MiniMax-M3 without a 'sparse_attention_config' object: vLLM 0.33.0's "
-            "MiniMaxM3TextConfig would put the preview checkpoint's in its place (57 sparse layers) and vLLM "
-            "0.34.0's (transformers' MiniMaxM3VLTextConfig) makes every layer full attention, which kvsim does not "
-            "guess; give the field (or transformers 5's 'layer_types')"
+            "MiniMaxM3TextConfig would put the preview checkpoint's in its place (57 sparse layers), which kvsim "
+            "does not guess (vLLM 0.34.0's, transformers' MiniMaxM3VLTextConfig, makes every layer full "
+            "attention, as vllm_release 0.34.0 sizes it); give the field (or transformers 5's 'layer_types')"
         )
     freq = sparse.get("sparse_attention_freq")
     if freq is None:

@@ -491,7 +491,7 @@ def _from_dict(
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the language model inside
         cfg = {**cfg, **cfg["text_config"]}
     if cfg.get("model_type") in MINIMAX_M3_TYPES:  # (transformers 5's schema read as vLLM 0.34.0 reads it)
-        cfg = minimax_m3_schema(cfg, repr(str(path)))
+        cfg = minimax_m3_schema(cfg, repr(str(path)), release)
 
     def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
         for k in keys:

@@ -99,8 +99,10 @@ def _auto(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value == -1
 
 
-def convert(name: str, value: Any) -> Any:
-    """`value` checked and converted for knob `name` (the rule `SimConfig` applies at entry).
+def convert(name: str, value: Any, release: Any = None) -> Any:
+    """`value` checked and converted for knob `name` (the rule `SimConfig` applies at entry); a config.json
+    model is read as vLLM `release` reads it (a configuration's own, checked first; None: the latest), so
+    that its first refusal is that release's.
 
     Raises:
         InvalidArgumentError: naming the knob and the value.
@@ -195,7 +197,11 @@ def convert(name: str, value: Any) -> Any:
                 value,
                 "must be a preset name, a path to a Hugging Face config.json or a kvsim.models.Model",
             )
-        resolve(value)  # an unknown name or a bad config file raises, naming it
+        from kvsim.model.releases import LATEST
+
+        resolve(
+            value, LATEST if release is None else release
+        )  # an unknown name or a bad file raises, naming it
         return value
     if k.kind == "gpu":
         from kvsim.model.gpus import Gpu

@@ -115,8 +115,8 @@ def _minimax_m3_moe_layers(cfg: Mapping[str, Any], layers: int, where: str) -> N
         raise InvalidArgumentError(
             f"model {where}: MiniMax-M3 without 'moe_layer_freq': vLLM 0.33.0's MiniMaxM3TextConfig would put the "
             "preview checkpoint's (3 dense layers, then 57 MoE) in its place and reads no 'first_k_dense_replace', "
-            "and vLLM 0.34.0's (transformers' MiniMaxM3VLTextConfig) makes every layer MoE, which kvsim does not "
-            "guess; give the field (or transformers 5's 'mlp_layer_types')"
+            "which kvsim does not guess (vLLM 0.34.0's, transformers' MiniMaxM3VLTextConfig, makes every layer "
+            "MoE, as vllm_release 0.34.0 sizes it); give the field (or transformers 5's 'mlp_layer_types')"
         )
     if not isinstance(freq, list) or len(freq) != layers or not all(isinstance(f, int) for f in freq):
         raise InvalidArgumentError(

@@ -279,7 +279,10 @@ function syncTier(bundle) {
 function readControl(el) {
   if (el.type === "checkbox") return el.checked;
   if (el.dataset.param === "kv_cache_bytes" || el.dataset.param === "kv_offloading_bytes") {
-    return Math.round(Number.parseFloat(el.value) * MIB);
+    // (a size whose bytes pass the largest number, above about 1.7e302 MiB, is sent as that number: the
+    // server's refusal, past its cap, says what the field takes)
+    const b = Math.round(Number.parseFloat(el.value) * MIB);
+    return b === Infinity ? Number.MAX_VALUE : b;
   }
   if (el.type === "number") return Number.parseInt(el.value, 10);
   return el.value;
@@ -312,7 +315,8 @@ function inFieldUnits(err) {
   const e = lab.lastEdit;
   if (!e || err.field !== e.param) return err.message;
   return err.message
-    .replace(new RegExp(`^${e.param} -?[0-9]+(?: \\([^)]*\\))?`), `${MEMORY_FIELDS[e.param]} ${e.typed} MiB`)
+    // (a size of many digits is shown by its first ones, `104857... (a 307-digit size)`: kvsim.lab.query.sized)
+    .replace(new RegExp(`^${e.param} -?[0-9]+(?:\\.\\.\\.)?(?: \\([^)]*\\))?`), `${MEMORY_FIELDS[e.param]} ${e.typed} MiB`)
     .replace(/must be between ([0-9]+) and ([0-9]+)/, (_, lo, hi) => `must be between ${mib(Number(lo))} and ${mib(Number(hi))}`);
 }
 
