@@ -115,12 +115,20 @@ def test_kvsim_offloads_as_vllms_async_scheduler_does(name, backend):
     trailing = ours[len(steps)]
     assert trailing["loads"] == sc["trailing"]["loads"]
     assert trailing["stores"] == sc["trailing"]["stores"]
-    # kvsim's clock is the recorder's: a batch that computes lasts 1 ms, an empty one none (times in ps,
-    # the recording's ms exact in binary).
+    assert_batches(res, sc)
+
+
+def assert_batches(res: kvsim.SimResult, sc: dict) -> None:
+    """Asserts that kvsim's batches are the recording's: kvsim's clock is the recorder's (a batch that
+    computes lasts 1 ms unless the recording gives its `end`, an empty one none; times in ps, the
+    recording's ms exact in binary), each request is first scheduled and finishes in the recording's
+    batches, and the completions, flushes and preemptions are its counts (this file's replay and
+    `test_offload_hybrid_async_golden.replay`)."""
+    steps = sc["steps"]
     assert res.timeseries is not None
     assert [round(t * 1e12) for t in res.timeseries["time_s"]] == [round(st["t"] * 1e9) for st in steps]
     step_at = {round(st["t"] * 1e9): j for j, st in enumerate(steps)}
-    end_at = {round((st["t"] + 1) * 1e9): j for j, st in enumerate(steps)}
+    end_at = {round(st.get("end", st["t"] + 1) * 1e9): j for j, st in enumerate(steps)}
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for j, step in enumerate(steps):

@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 import kvsim
+from tests.test_offload_async_golden import assert_batches
 from tests.test_offload_golden import workload_of
-from tests.test_offload_hybrid_golden import RELEASE_RULES
+from tests.test_offload_hybrid_golden import RELEASE_RULES, snapshots
 from tests.test_offload_hybrid_golden import config_of as hybrid_config_of
 
 DATA = Path(__file__).parent / "data" / "vllm_offload_hybrid_async"
@@ -95,30 +96,7 @@ def by_batch(res: kvsim.SimResult, steps: int, groups: int) -> list[dict]:
             left_out[r] = e["step"]
         late = e["kind"] in ("free", "window") and left_out.get(r) == e["step"]
         at.append(e["step"] + 0.5 if late else e["step"])
-    tables: dict[str, list[list[int]]] = {}
-    out = [{"tables": {}, "loads": [], "stores": []} for _ in range(steps + 1)]
-    order = sorted(range(len(rows)), key=lambda i: at[i])  # (stable: a late free after its step's rows)
-    i = chunks = 0
-    for j in range(steps + 1):
-        while i < len(order) and at[order[i]] <= j:
-            e = rows[order[i]]
-            i += 1
-            r, kind, block, count = str(e["request_id"]), e["kind"], e["block"], e["count"]
-            if kind in ("prefix-hit", "allocate"):
-                tables.setdefault(r, [[] for _ in range(groups)])[count].append(block)
-            elif kind in ("window", "free"):
-                tables[r][count].remove(block)
-                if not any(tables[r]):
-                    del tables[r]
-            elif kind in ("load", "store"):
-                out[j][kind + "s"].append([r, count])
-            if kind == "store":
-                chunks += count
-            elif kind == "cpu-evict":
-                chunks -= 1
-        out[j]["tables"] = {r: [list(t) for t in g] for r, g in tables.items()}
-        out[j]["tier_chunks"] = chunks
-    return out
+    return snapshots(rows, at, steps, groups)
 
 
 @pytest.mark.parametrize(("where", "name"), RECORDED)
@@ -144,23 +122,7 @@ def replay(sc: dict, backend: str, rules: dict | None = None) -> None:
     trailing = ours[len(steps)]
     assert trailing["loads"] == sc["trailing"]["loads"]
     assert trailing["stores"] == sc["trailing"]["stores"]
-    assert res.timeseries is not None
-    assert [round(t * 1e12) for t in res.timeseries["time_s"]] == [round(st["t"] * 1e9) for st in steps]
-    step_at = {round(st["t"] * 1e9): j for j, st in enumerate(steps)}
-    end_at = {round(st.get("end", st["t"] + 1) * 1e9): j for j, st in enumerate(steps)}
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for j, step in enumerate(steps):
-        for r in step["scheduled"]:
-            first.setdefault(int(r), j)
-            last[int(r)] = j
-    n = len(sc["requests"])
-    req = res.requests.sort("request_id")
-    assert [step_at[round(t * 1e12)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
-    assert [end_at[round(t * 1e12)] for t in req["finish"]] == [last[r] for r in range(n)]
-    assert res.summary["completed"] == n
-    assert res.raw.counters["num_flushes"] == sc["flushes"]
-    assert res.raw.counters["num_preemptions"] == sc["preemptions"]
+    assert_batches(res, sc)
 
 
 def test_0_34_0s_junction_rule_is_needed_where_its_files_differ():

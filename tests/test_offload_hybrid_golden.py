@@ -116,14 +116,23 @@ def by_step(res: kvsim.SimResult, steps: int, groups: int) -> list[dict]:
     issued since the step before, from the event log (its `step` column counts the steps that computed
     tokens before)."""
     assert res.events is not None
+    rows = list(res.events.iter_rows(named=True))
+    return snapshots(rows, [e["step"] for e in rows], steps, groups)
+
+
+def snapshots(rows: list[dict], at: list[float], steps: int, groups: int) -> list[dict]:
+    """The event log's rows replayed in the order of `at` (each row's place among the steps: its `step`, or
+    later), a snapshot after each step: every request's held blocks per group, the loads and stores issued
+    since the step before, and the chunks in the tier (stored, a store's count its chunks, every group's,
+    less evicted). The synchronous replay's (`by_step`) and the asynchronous one's
+    (`test_offload_hybrid_async_golden.by_batch`)."""
     tables: dict[str, list[list[int]]] = {}
     out = [{"tables": {}, "loads": [], "stores": []} for _ in range(steps + 1)]
-    rows = list(res.events.iter_rows(named=True))
-    i = 0
-    chunks = 0  # in the tier: stored (a store's count is its chunks, every group's) less evicted
+    order = sorted(range(len(rows)), key=lambda i: at[i])  # (stable: a late free after its step's rows)
+    i = chunks = 0
     for j in range(steps + 1):
-        while i < len(rows) and rows[i]["step"] <= j:
-            e = rows[i]
+        while i < len(order) and at[order[i]] <= j:
+            e = rows[order[i]]
             i += 1
             r, kind, block, count = str(e["request_id"]), e["kind"], e["block"], e["count"]
             if kind in ("prefix-hit", "allocate"):
