@@ -48,6 +48,7 @@ from kvsim.cli.refusals import (
 from kvsim.cli.release_checks import (
     prefill_release,
     read_model,
+    refuse_bad_release,
     refuse_kv_dtype,
     release_setter,
     run_release,
@@ -188,6 +189,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
     import kvsim
 
     cfg: dict[str, Any] = {}
+    refuse_bad_release(args, data)  # (first: the release decides how the model is read)
     release = run_release(args, data)
     # (the model's reader's release; one that is no release is the knob's to refuse)
     reads = release if isinstance(release, str) and release in RELEASES else None
@@ -278,7 +280,7 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
     if refuse_idle:
         _refuse_idle_model_knobs(args, config, cfg, flag_of)
     args.sizing_notes, args.overridden_knobs = _overridden_sizing(args, config, cfg, flag_of)
-    args.prefill_sim_config = _prefill_config(args, cfg)
+    args.prefill_sim_config = _prefill_config(args, cfg, setter)
     if args.prefill_sim_config is not None and not config.prefill_replicas:
         # (`simulate_cluster` refuses it in a fleet; a single replica never reads it)
         raise FlagError(
@@ -289,10 +291,11 @@ def _config_from_args(args: argparse.Namespace, data: dict[str, Any], *, refuse_
     return config
 
 
-def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
+def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any], setter: str | None) -> Any:
     """`--prefill-config KNOB=VALUE,...`: the prefill pool's SimConfig, the decode replicas' knobs with
     these over them (built as the decode config is, so a GPU given here sizes its own pool); None without
-    the flag."""
+    the flag. Its model is read under the release the prefill config will have (its own `vllm_release=`,
+    else the run's, set by `setter`), a refusal naming what set it (`read_model`)."""
     import kvsim
 
     text = getattr(args, "prefill_config", None)
@@ -300,7 +303,7 @@ def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
         return None
     flag = "argument --prefill-config"
     over: dict[str, Any] = {}
-    release = prefill_release(args, cfg, text)
+    release, prefill_setter = prefill_release(args, cfg, text, setter)
     for part in text.split(","):
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
@@ -316,6 +319,10 @@ def _prefill_config(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
                 f"{flag}: {key} is the fleet's, not the prefill replicas' own: give it as --{key.replace('_', '-')}"
             )
         refuse_kv_dtype(f"{flag}: kv_cache_dtype", key, value.strip(), release, args.preset)
+        if key == "model":
+            reads = release if isinstance(release, str) and release in RELEASES else None
+            over[key] = read_model(f"{flag}: model", value, reads, prefill_setter, plain=f"{flag}: ")
+            continue
         try:
             over[key] = coerce(key, value)
         except InvalidArgumentError as exc:
