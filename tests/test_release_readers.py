@@ -312,6 +312,12 @@ def test_a_prefill_config_and_a_sweeps_model_are_read_under_their_release(capsys
     assert err.startswith(
         f"kvsim sweep: error: sweep file {sweep_file}: [base] model (read under --base vllm_release=0.33.0): "
     ), err
+    # a sweep file's own release names itself
+    sweep_file.write_text(f'[base]\nmodel = {json.dumps(csf)}\ngpu = "b200"\nvllm_release = "0.33.0"\n')
+    err = _error(capsys, ["sweep", "--file", str(sweep_file)])
+    assert err.startswith(
+        f"kvsim sweep: error: sweep file {sweep_file}: [base] model (read under [base] vllm_release '0.33.0'): "
+    ), err
     # under the latest (the default, or a grid of releases: each point its own) the entry reads it
     SweepSpec(base={"gpu": "b200", "vllm_release": "0.34.0"}, grid=parse_grid_args([f"model={csf}"])).points()
     with pytest.raises(

@@ -332,7 +332,12 @@ class SweepSpec:
                 try:
                     toml_value(key, value, release)
                 except InvalidArgumentError as exc:
-                    raise InvalidArgumentError(f"{where}: [base] {exc}") from None
+                    said = f"[base] {exc}"
+                    if key == "model" and release is not None and _latest_reads(value):
+                        # (the file's release refused it: named, as `kvsim run` names what set its release)
+                        set_by = f"[base] vllm_release {spec.base['vllm_release']!r}"
+                        said = f"[base] model (read under {set_by}): {exc}"
+                    raise InvalidArgumentError(f"{where}: {said}") from None
         try:
             spec.grid = check_grid(data.get("grid", {}), toml=True, release=release)
         except InvalidArgumentError as exc:
@@ -460,6 +465,15 @@ class SweepSpec:
         if not points:
             raise InvalidArgumentError("the grid has no valid points")
         return points, bad
+
+
+def _latest_reads(model: Any) -> bool:
+    """Whether the latest release reads `model` (a refusal under another release is that release's)."""
+    try:
+        toml_value("model", model)
+    except InvalidArgumentError:
+        return False
+    return True
 
 
 def invalid_text(bad: Sequence[tuple[str, str]], most: int = 8) -> str:
