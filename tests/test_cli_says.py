@@ -672,3 +672,15 @@ def test_a_disaggregated_run_says_why_fewer_transfers_than_requests_routed(capsy
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert f"  ({gap:,} of the {s['pd_disaggregated']:,} routed to a prefill replica moved nothing: " in out
+
+
+def test_sweep_base_refuses_a_workload_parameter_with_what_to_give_instead(capsys):
+    """`kvsim sweep --base workload.X=V` said only "'workload.X' is not a SimConfig field": one line, exit 2,
+    naming the two ways a sweep takes a workload parameter, with the value given."""
+    assert main(["sweep", "--base", "workload.arrival_rate=3", "--requests", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "kvsim sweep: error: argument --base: workload.arrival_rate is a workload parameter, not a SimConfig "
+        "field: give it in the workload (--workload NAME:arrival_rate=3) or as a grid of one value "
+        "(--grid workload.arrival_rate=3)"
+    ], err

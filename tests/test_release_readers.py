@@ -280,3 +280,70 @@ def test_a_model_is_first_checked_under_the_release_the_configuration_records(ca
     for flags in (["--vllm-release", "0.33.0"], ["--preset", "vllm-0.33"], ["--toml", str(run_file)]):
         err = _error(capsys, [*run, *flags])
         assert re.search(older, err), (flags, err)
+
+
+def test_a_prefill_config_and_a_sweeps_model_are_read_under_their_release(capsys, tmp_path):
+    """`--prefill-config model=`, `kvsim sweep --base model=` and `--grid model=` are read under the release
+    their configuration will have, not the latest: a refusal names what set it, as `--model`'s does."""
+    csf = _csf(tmp_path)
+    pd = ["run", "meta-llama/Llama-3.1-8B", "--gpu", "b200", "--requests", "2"]
+    pd += ["--replicas", "2", "--prefill-replicas", "1", "--prefill-config"]
+    setters = {
+        "--vllm-release 0.33.0": [f"model={csf}", "--vllm-release", "0.33.0"],
+        "--preset vllm-0.33": [f"model={csf}", "--preset", "vllm-0.33"],
+        "--prefill-config vllm_release=0.33.0": [f"model={csf},vllm_release=0.33.0"],
+    }
+    for setter, flags in setters.items():
+        err = _error(capsys, [*pd, *flags])
+        start = f"kvsim run: error: argument --prefill-config: model (read under {setter}): model {csf!r}: "
+        assert err.startswith(start), err
+        assert re.search(CSF, err), err
+    sweep = ["sweep", "--base", "gpu=b200", "--requests", "2", "--base", "vllm_release=0.33.0"]
+    err = _error(capsys, [*sweep, "--base", f"model={csf}"])
+    assert err.startswith(
+        "kvsim sweep: error: argument --base model (read under --base vllm_release=0.33.0): "
+    ), err
+    err = _error(capsys, [*sweep, "--grid", f"model=opt-13b,{csf}"])
+    assert err.startswith("kvsim sweep: error: --grid model (read under --base vllm_release=0.33.0): "), err
+    assert re.search(CSF, err), err
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(f'[base]\nmodel = {json.dumps(csf)}\ngpu = "b200"\n')
+    err = _error(capsys, ["sweep", "--file", str(sweep_file), "--base", "vllm_release=0.33.0"])
+    assert err.startswith(
+        f"kvsim sweep: error: sweep file {sweep_file}: [base] model (read under --base vllm_release=0.33.0): "
+    ), err
+    # a sweep file's own release names itself
+    sweep_file.write_text(f'[base]\nmodel = {json.dumps(csf)}\ngpu = "b200"\nvllm_release = "0.33.0"\n')
+    err = _error(capsys, ["sweep", "--file", str(sweep_file)])
+    assert err.startswith(
+        f"kvsim sweep: error: sweep file {sweep_file}: [base] model (read under [base] vllm_release '0.33.0'): "
+    ), err
+    # under the latest (the default, or a grid of releases: each point its own) the entry reads it
+    SweepSpec(base={"gpu": "b200", "vllm_release": "0.34.0"}, grid=parse_grid_args([f"model={csf}"])).points()
+    with pytest.raises(
+        InvalidArgumentError, match=r"1 invalid grid combination .*'vllm_release': '0\.33\.0'"
+    ):
+        SweepSpec(base={"gpu": "b200"}, grid={"model": [csf], "vllm_release": ["0.33.0", "0.34.0"]}).points()
+
+
+def test_the_release_is_refused_before_the_model_it_reads(capsys, tmp_path):
+    """A release that is none beside a model that fails: the release is refused (it decides how the model
+    is read), wherever each is given."""
+    missing = str(tmp_path / "none" / "config.json")
+    bad = "vllm_release '0.99' is not one of '0.34.0'"
+    run = ["run", "--gpu", "b200", "--requests", "2"]
+    err = _error(capsys, [*run, "--model", missing, "--vllm-release", "0.99"])
+    assert err.startswith(f"kvsim run: error: argument --vllm-release: {bad}"), err
+    run_file = tmp_path / "run.toml"
+    run_file.write_text(f'[config]\nmodel = {json.dumps(missing)}\nvllm_release = "0.99"\n')
+    err = _error(capsys, [*run, "--toml", str(run_file)])
+    assert err.startswith(f"kvsim run: error: run file {run_file}: [config] {bad}"), err
+    pd = [*run, "--model", "meta-llama/Llama-3.1-8B", "--replicas", "2", "--prefill-replicas", "1"]
+    err = _error(capsys, [*pd, "--prefill-config", f"model={missing},vllm_release=0.99"])
+    assert err.startswith(f"kvsim run: error: argument --prefill-config: {bad}"), err
+    err = _error(capsys, ["sweep", "--base", f"model={missing}", "--base", "vllm_release=0.99"])
+    assert err.startswith(f"kvsim sweep: error: argument --base: {bad}"), err
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(f'[base]\nmodel = {json.dumps(missing)}\nvllm_release = "0.99"\n')
+    err = _error(capsys, ["sweep", "--file", str(sweep_file)])
+    assert err.startswith(f"kvsim sweep: error: sweep file {sweep_file}: [base] {bad}"), err

@@ -148,3 +148,34 @@ def test_the_name_lists_name_their_source():
         body = [x for x in lines if not x.startswith("#")]
         assert body == sorted(set(body)), file
         assert len(body) > 50, file
+
+
+def test_minimax_m3_on_the_transformers_backend_is_refused_where_it_has_sparse_layers(capsys, tmp_path):
+    """`MiniMaxM3VLForCausalLM` with model_type `minimax_m3_vl_text` passed as Transformers-served and was read as
+    the sparse model (137,472 B a token, index keys in the KV): vLLM 0.34.0's registry has no such name, and its
+    Transformers backend drops the indexer's block selection and keeps no index keys, so kvsim refuses it by
+    name, naming vLLM's own architectures; without sparse layers it is full attention, read with the note."""
+    from tests.test_minimax_m3 import _cfg, _transformers_5
+
+    cfg = {**_transformers_5(_cfg()), "architectures": ["MiniMaxM3VLForCausalLM"]}
+    assert served.transformers_backend(cfg) == "MiniMaxM3VLForCausalLM"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    err = _error(capsys, ["run", "--model", str(path), *RUN])
+    assert err.startswith(
+        f"kvsim run: error: argument --model: model {str(path)!r}: architectures ['MiniMaxM3VLForCausalLM'] "
+        "with model_type 'minimax_m3_vl_text': vLLM 0.34.0's registry has no MiniMaxM3VLForCausalLM"
+    ), err
+    assert "its 57 sparse layers would attend to every token" in err
+    assert "['MiniMaxM3SparseForCausalLM']" in err
+    with pytest.raises(InvalidArgumentError, match="ignores the lightning indexer's block selection"):
+        from_hf_config(path)
+    # the same fields under vLLM's own architecture: the sparse model
+    path.write_text(json.dumps({**cfg, "architectures": ["MiniMaxM3SparseForCausalLM"]}))
+    assert from_hf_config(path).kv_bytes_per_token == 137_472
+    # no sparse layer: full attention on every layer, as the Transformers backend serves it
+    full = {**cfg, "layer_types": ["full_attention"] * 60}
+    path.write_text(json.dumps(full))
+    m = from_hf_config(path)
+    assert not m.is_dsa
+    assert m.kv_bytes_per_token == 60 * 2_048

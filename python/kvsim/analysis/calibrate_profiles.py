@@ -48,6 +48,7 @@ from kvsim.model.gpus import resolve as resolve_gpu
 from kvsim.model.knob_table import MAX_TOKENS
 from kvsim.model.models import Model
 from kvsim.model.models import resolve as resolve_model
+from kvsim.model.releases import LATEST, covering
 
 FORMATS = ("llmservingsim", "vidur", "splitwise", "gpu-validate")
 PS = 1e12
@@ -121,12 +122,12 @@ def _measured_gpu(named: str, gpu: str | None, where: str) -> Gpu:
     return g
 
 
-def _preset_model(name: str, where: str) -> Model:
+def _preset_model(name: str, where: str, release: str = LATEST) -> Model:
     last = name.split("/")[-1].lower()
     for candidate in (MODEL_NAMES.get(last), last):
         if candidate:
             try:
-                return resolve_model(candidate)
+                return resolve_model(candidate, release)
             except InvalidArgumentError:
                 continue
     raise InvalidArgumentError(f"{where}: model {name!r} is not a kvsim preset; give --model NAME")
@@ -270,7 +271,13 @@ def read_llmservingsim(path: Path, gpu: str | None, model: str | None) -> Profil
     meta = _meta(path / "meta.yaml")
     where = f"profile {path}"
     g = _measured_gpu(meta.get("hardware") or path.parent.name, gpu, where)
-    m = resolve_model(model) if model else _preset_model(meta.get("model") or path.name, where)
+    # (read under the release that profiled it, `meta.yaml`'s vllm_version: 0.19.0 is release 0.19.1's range)
+    release = covering(meta.get("vllm_version")) or LATEST
+    m = (
+        resolve_model(model, release)
+        if model
+        else _preset_model(meta.get("model") or path.name, where, release)
+    )
     tps = sorted(p for p in path.glob("tp*") if p.is_dir())
     if not tps:
         raise InvalidArgumentError(f"{where}: no tp<N>/ folder of dense.csv, attention.csv, per_sequence.csv")

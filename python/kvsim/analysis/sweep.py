@@ -46,6 +46,7 @@ import polars as pl
 from kvsim.analysis.executors import EXECUTORS, check_executor, executor_session, progress_bar
 from kvsim.analysis.sweep_grid import (
     LIST_VALUED,
+    base_release,
     check_grid,
     coerce,
     parse_grid_args,
@@ -322,14 +323,23 @@ class SweepSpec:
             )
         spec = cls(name=data.get("name", p.stem))
         spec.base = dict(data.get("base", {}))
+        try:  # (the release first: it decides how the model is read)
+            release = base_release(spec.base, data.get("grid", {}), toml=True)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{where}: [base] {exc}") from None
         for key, value in spec.base.items():  # a run file's [config] rule: no "400" for an integer
             if key in CONFIG_FIELDS:  # (an unknown field is named by points(), with the closest ones)
                 try:
-                    toml_value(key, value)
+                    toml_value(key, value, release)
                 except InvalidArgumentError as exc:
-                    raise InvalidArgumentError(f"{where}: [base] {exc}") from None
+                    said = f"[base] {exc}"
+                    if key == "model" and release is not None and _latest_reads(value):
+                        # (the file's release refused it: named, as `kvsim run` names what set its release)
+                        set_by = f"[base] vllm_release {spec.base['vllm_release']!r}"
+                        said = f"[base] model (read under {set_by}): {exc}"
+                    raise InvalidArgumentError(f"{where}: {said}") from None
         try:
-            spec.grid = check_grid(data.get("grid", {}), toml=True)
+            spec.grid = check_grid(data.get("grid", {}), toml=True, release=release)
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"{where}: {exc}") from None
         spec.workloads = list(data.get("workloads", spec.workloads))
@@ -381,8 +391,9 @@ class SweepSpec:
         for k in self.base:
             if k not in CONFIG_FIELDS:
                 raise unknown_name(k, CONFIG_FIELDS, "base field")
-        base = {k: coerce(k, v) for k, v in self.base.items()}
-        grid = check_grid(self.grid)
+        release = base_release(self.base, self.grid)  # (first: it decides how the model is read)
+        base = {k: coerce(k, v, release) for k, v in self.base.items()}
+        grid = check_grid(self.grid, release=release)
         for k in grid:
             if k in base:  # the grid's values would replace it at every point
                 raise InvalidArgumentError(
@@ -454,6 +465,15 @@ class SweepSpec:
         if not points:
             raise InvalidArgumentError("the grid has no valid points")
         return points, bad
+
+
+def _latest_reads(model: Any) -> bool:
+    """Whether the latest release reads `model` (a refusal under another release is that release's)."""
+    try:
+        toml_value("model", model)
+    except InvalidArgumentError:
+        return False
+    return True
 
 
 def invalid_text(bad: Sequence[tuple[str, str]], most: int = 8) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +95,10 @@ def value_separator(name: str) -> str:
     return ";" if name in LIST_VALUED else ","
 
 
-def parse_grid_args(items: Sequence[str]) -> dict[str, list[Any]]:
+def parse_grid_args(items: Sequence[str], release: Any = None) -> dict[str, list[Any]]:
     """`["block_size=8,16", "policy=vllm,orca-max"]` -> `{"block_size": [8, 16], "policy": [...]}`;
-    `router_weights=prefix=3,queue=1;queue=1` -> two weightings (`LIST_VALUED` fields split on ';').
+    `router_weights=prefix=3,queue=1;queue=1` -> two weightings (`LIST_VALUED` fields split on ';'); a
+    model read under `release` (the sweep's base `vllm_release`; None: the latest).
 
     Raises:
         InvalidArgumentError: a missing `=`, an unknown or repeated name, an empty or repeated value.
@@ -114,14 +115,16 @@ def parse_grid_args(items: Sequence[str]) -> dict[str, list[Any]]:
         if not values.strip() or any(not v.strip() for v in raw):
             raise InvalidArgumentError(f"--grid {name}: empty value in {values!r}")
         grid[name] = list(raw)
-    return check_grid(grid)
+    return check_grid(grid, release=release)
 
 
-def check_grid(grid: Mapping[str, Sequence[Any]], *, toml: bool = False) -> dict[str, list[Any]]:
+def check_grid(
+    grid: Mapping[str, Sequence[Any]], *, toml: bool = False, release: Any = None
+) -> dict[str, list[Any]]:
     """Validates names and converts values to their field types: flag text and the API's values by
     `coerce`'s rule, a sweep file's `[grid]` (`toml=True`) by a run file's (`toml_value`: no `"400"` for
-    an integer field; a workload parameter's value as written, no text parsing). A 1-D numpy array is its
-    list of values.
+    an integer field; a workload parameter's value as written, no text parsing), a model read under
+    `release` (the sweep's base `vllm_release`; None: the latest). A 1-D numpy array is its list of values.
 
     Raises:
         InvalidArgumentError: an unknown name, an empty value list, a repeated value or a wrong type.
@@ -148,7 +151,7 @@ def check_grid(grid: Mapping[str, Sequence[Any]], *, toml: bool = False) -> dict
             conv = [check_param(f"{label} {name}", key, v, synthetic=True) for v in literals]
         elif name in CONFIG_FIELDS:
             try:
-                conv = [toml_value(name, v) if toml else coerce(name, v) for v in values]
+                conv = [toml_value(name, v, release) if toml else coerce(name, v, release) for v in values]
             except InvalidArgumentError as exc:
                 raise InvalidArgumentError(f"{label} {name}: {exc}") from None
         else:
@@ -173,6 +176,17 @@ def read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
         raise InvalidArgumentError(f"{what} {p} does not exist") from None
     except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not TOML, a NUL in the path
         raise InvalidArgumentError(f"{what} {p}: {exc}") from None
+
+
+def base_release(base: Mapping[str, Any], grid: Collection[str], *, toml: bool = False) -> Any:
+    """The release a sweep's base and grid fields are read under (a model's, `coerce`): its base
+    `vllm_release`, converted (refused by name where it is no release: it decides how the model is read);
+    None where the grid varies it (each point's configuration reads its model under its own) or the base
+    has none (the latest)."""
+    if "vllm_release" in grid or "vllm_release" not in base:
+        return None
+    value = base["vllm_release"]
+    return toml_value("vllm_release", value) if toml else coerce("vllm_release", value)
 
 
 def toml_int(where: str, data: Mapping[str, Any], key: str, default: int, lo: int) -> int:

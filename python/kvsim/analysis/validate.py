@@ -52,6 +52,7 @@ from kvsim.analysis.validate_runs import (
     missing_front_end,
     multi_gpu,
     run_metrics,
+    run_release,
     schedules_async,
     simulate_run,
     workload,
@@ -380,7 +381,7 @@ def validation_claims(root: Path = RUNS) -> list[Any]:
         )
         transport = ", async scheduling from the front end's arrivals" if rule else ""
         transport += ", collectives staged through host memory" if multi_gpu(run) else ""
-        if resolve(run.model).num_experts:
+        if resolve(run.model, run_release(run)).num_experts:
             transport += ", routed experts at the fused-MoE kernel's measured bandwidth"
             note += (
                 "; the routed experts read at vLLM's fused-MoE kernel's measured fraction of HBM by tokens per "

@@ -210,15 +210,31 @@ def schedules_async(run: Run) -> bool:
     return str(run.meta.get("vllm_version")) in ASYNC_RELEASES
 
 
+# The preset the runs are replayed under: vLLM 0.19's rules (the runs are vLLM 0.19.0's).
+PRESET = "vllm-0.19"
+
+
+def run_release(run: Run) -> str:
+    """The release of `kvsim.model.releases.RELEASES` that ran `run` (its `vllm_version`: 0.19.0 is `0.19.1`'s
+    range, `releases.covering`), or `PRESET`'s where none covers it: its model is read, and its configuration
+    records, that release."""
+    from kvsim.model.presets import release_under
+    from kvsim.model.releases import covering
+
+    return covering(run.meta.get("vllm_version")) or release_under(PRESET)
+
+
 def config(run: Run, time_model: str, async_scheduling: bool = False) -> Any:
     """The run's serving configuration under vLLM 0.19's rules and `time_model` (`TIME_MODELS`); with
     `async_scheduling`, the rule on where the run's release schedules asynchronously (`schedules_async`)."""
     from kvsim.model.config import SimConfig
     from kvsim.model.models import resolve
+    from kvsim.model.presets import release_under
 
     e = run.engine
     dp = int(e.get("data_parallel_size") or 1)
-    moe = resolve(run.model).num_experts > 0
+    release = run_release(run)
+    moe = resolve(run.model, release).num_experts > 0
     # (vLLM ignores enable_expert_parallel on a dense model; SimConfig refuses it there)
     ep = bool(e.get("enable_expert_parallel")) and moe
     kw: dict[str, Any] = {
@@ -235,6 +251,8 @@ def config(run: Run, time_model: str, async_scheduling: bool = False) -> Any:
         "replicas": dp,
         "router": "least-loaded",
     }
+    if release != release_under(PRESET):  # (a run of another release: read and recorded as that one)
+        kw["vllm_release"] = release
     if async_scheduling and schedules_async(run):
         kw["async_scheduling"] = True
     if e.get("max_model_len"):
@@ -247,7 +265,7 @@ def config(run: Run, time_model: str, async_scheduling: bool = False) -> Any:
         kw["time_model"] = "linear"
     elif time_model in ("calibrated", "calibrated-p2p"):
         kw["calibration"] = calibration_for(run.gpu)
-    return SimConfig.preset("vllm-0.19", **kw)
+    return SimConfig.preset(PRESET, **kw)
 
 
 def multi_gpu(run: Run) -> bool:
@@ -257,7 +275,7 @@ def multi_gpu(run: Run) -> bool:
 
     e = run.engine
     tp, dp = int(e.get("tensor_parallel_size") or 1), int(e.get("data_parallel_size") or 1)
-    return tp > 1 or (dp > 1 and resolve(run.model).num_experts > 0)
+    return tp > 1 or (dp > 1 and resolve(run.model, run_release(run)).num_experts > 0)
 
 
 def calibration_for(gpu: str) -> str:

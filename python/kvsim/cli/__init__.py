@@ -25,10 +25,8 @@ from kvsim.analysis.sweep import (
     EXECUTORS,
     SweepSpec,
     check_output,
-    coerce,
     invalid_text,
     make_workload,
-    parse_grid_args,
     run_sweep,
 )
 from kvsim.analysis.sweep_revisions import replaced_note
@@ -44,6 +42,7 @@ from kvsim.cli.refusals import (
     sweep_sizing_notes,
 )
 from kvsim.cli.run import _int_flag, cmd_run
+from kvsim.cli.sweep_fields import flag_fields
 from kvsim.cli.sweep_table import TRANSPORT, VERDICTS, ci_legend, multi_gpu_transports, sweep_table
 from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.lab import cli as lab_cli
@@ -282,24 +281,7 @@ def spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, dict[str, Any]]
         spec, options = SweepSpec.from_toml(args.file)
     else:
         spec, options = SweepSpec(), {}
-    flag_grid = parse_grid_args(args.grid) if args.grid else {}
-    flag_base: dict[str, Any] = {}
-    for item in args.base:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise FlagError(f"argument --base: {item!r} is not NAME=VALUE (--base kv_cache_bytes=12GiB)")
-        if key.strip() not in CONFIG_FIELDS:
-            import difflib
-
-            close = difflib.get_close_matches(key.strip(), CONFIG_FIELDS, n=3, cutoff=0.6)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise FlagError(f"argument --base: {key.strip()!r} is not a SimConfig field{hint}")
-        if key.strip() in flag_base:  # as a repeated --grid: the last would win silently
-            raise FlagError(f"argument --base: {key.strip()} given twice; give it once")
-        try:
-            flag_base[key.strip()] = coerce(key.strip(), value)
-        except InvalidArgumentError as exc:
-            raise FlagError(f"argument --base: {exc}") from None
+    flag_base, flag_grid = flag_fields(args, spec)
     # A flag overrides the file's value of its field, in the base or the grid; a field given in both
     # --base and --grid (or in both of a file's tables) is refused by SweepSpec.points.
     args.base_flags = set(flag_base)  # (a base field given by --base, not by the file: its refusal's name)

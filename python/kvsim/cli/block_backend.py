@@ -32,7 +32,7 @@ KERNEL_MULTIPLE = 16
 
 def no_backend_block(config: Any) -> int | None:
     """The pool's block size where it was given with a model on a GPU and no attention backend vLLM 0.33.0 or
-    0.34.0 would pick takes it, else None (a state layer's raise, `kvsim.cli.run.block_size_note`, may have
+    0.34.0 would pick takes it, else None (a state layer's raise, `kvsim.cli.run_output.block_size_note`, may have
     made it a multiple of 16)."""
     from kvsim.model.models import resolve
 

@@ -2,7 +2,9 @@
 the run file's field, else `--preset`'s release, else 0.34.0; `kvsim.model.releases`), made where the value is
 read, before the configuration is built: a `--kv-cache-dtype` the release refuses, or takes but kvsim does not
 model (`kvsim.model.kv_dtype_values.refusal`); a model that release refuses where the latest reads it, named
-with what set the release (`read_model`)."""
+with what set the release (`read_model`). The release itself is checked first (`refuse_bad_release`,
+`prefill_release`, `sweep_release`): it decides how the model is read. `kvsim run`'s model (flag, MODEL, run
+file), `--prefill-config model=` and `kvsim sweep`'s `--base model=` / `--grid model=` are read so."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import argparse
 import re
 from typing import Any
 
-from kvsim.analysis.sweep_grid import coerce
+from kvsim.analysis.sweep_grid import coerce, toml_value
 from kvsim.cli.flags import FlagError
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.kv_dtype_values import refusal as kv_dtype_refusal
@@ -25,10 +27,37 @@ def run_release(args: argparse.Namespace, data: dict[str, Any]) -> Any:
     return release_under(args.preset, given)
 
 
-def prefill_release(args: argparse.Namespace, cfg: dict[str, Any], text: str) -> Any:
-    """The release of `--prefill-config`'s replicas: a `vllm_release=` in `text`, else the run's."""
+def refuse_bad_release(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """Refuses the run's release (`--vllm-release`, else the run file's field) where it is no release of
+    `RELEASES`, named as given, before any other field is read: the release decides how the model is read,
+    so a bad release beside a bad model is refused first."""
+    flag = getattr(args, "cfg_vllm_release", None)
+    try:
+        if flag is not None:
+            coerce("vllm_release", flag[1])
+        elif "vllm_release" in data.get("config", {}):
+            toml_value("vllm_release", data["config"]["vllm_release"])
+    except InvalidArgumentError as exc:
+        if flag is not None:
+            raise FlagError(f"argument {flag[0]}: {exc}") from None
+        raise InvalidArgumentError(f"run file {args.toml}: [config] {exc}") from None
+
+
+def prefill_release(
+    args: argparse.Namespace, cfg: dict[str, Any], text: str, setter: str | None
+) -> tuple[Any, str | None]:
+    """The release of `--prefill-config`'s replicas and what set it (`release_setter`'s wording): a
+    `vllm_release=` in `text` (checked here, first: it decides how the flag's model is read), else the
+    run's, set by `setter`."""
     found = re.search(r"(?:^|,)\s*vllm[_-]release\s*=\s*([^,]*)", text)
-    return found.group(1).strip() if found else release_under(args.preset, cfg.get("vllm_release"))
+    if found is None:
+        return release_under(args.preset, cfg.get("vllm_release")), setter
+    given = found.group(1).strip()
+    try:
+        release = coerce("vllm_release", given)
+    except InvalidArgumentError as exc:
+        raise FlagError(f"argument --prefill-config: {exc}") from None
+    return release, f"--prefill-config vllm_release={given}"
 
 
 def refuse_kv_dtype(where: str, name: str, value: Any, release: Any, preset: str | None) -> None:

@@ -492,6 +492,9 @@ def _from_dict(
         cfg = {**cfg, **cfg["text_config"]}
     if cfg.get("model_type") in MINIMAX_M3_TYPES:  # (transformers 5's schema read as vLLM 0.34.0 reads it)
         cfg = minimax_m3_schema(cfg, repr(str(path)), release)
+        sparse_refusal = served.transformers_sparse_refusal(wrapper, cfg)
+        if sparse_refusal:
+            raise InvalidArgumentError(f"model {str(path)!r}: {sparse_refusal}")
 
     def pick(*keys: str, default: Any = None, required: bool = True, least: int = 0) -> Any:
         for k in keys:

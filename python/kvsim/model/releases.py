@@ -22,6 +22,7 @@ release its rules hold up to; `vllm-0.33` the one whose auto-fit and NVFP4 layou
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kvsim.errors import InvalidArgumentError
@@ -99,11 +100,34 @@ def is_read(config_or_release: Any) -> bool:
     return release_at_least(config_or_release, READ_FROM)
 
 
+def covering(number: Any) -> str | None:
+    """The release of `RELEASES` whose range holds vLLM release `number` (`"0.19.0"`: `"0.19.1"`, vLLM 0.19.0
+    to 0.19.1; `"0.30.5"`: `"0.33.0"`), read from its words; None for a number outside every range (0.35.0,
+    0.9.1) or no release number. A record of a real run names the release that ran it: its reader reads the
+    run's models under that release (`kvsim.analysis.validate_runs`, `kvsim.analysis.calibrate_profiles`)."""
+    if number == "v0":
+        return "v0"
+    try:
+        given = "{}.{}.{}".format(*version(number))
+    except InvalidArgumentError:
+        return None
+    for release, words in RELEASES.items():
+        found = re.fullmatch(r"vLLM (\d+\.\d+\.\d+)(?: to (\d+\.\d+\.\d+))?", words)
+        if (
+            found is not None
+            and at_least(given, found.group(1))
+            and at_least(found.group(2) or found.group(1), given)
+        ):
+            return release
+    return None
+
+
 __all__ = [
     "LATEST",
     "READ_FROM",
     "RELEASES",
     "at_least",
+    "covering",
     "is_read",
     "release_at_least",
     "release_of",

@@ -199,3 +199,32 @@ def refusal(cfg: dict[str, Any]) -> str | None:
         InvalidArgumentError: a `model_type` that is no string, or `architectures` that is no list of them.
     """
     return _attention_free(cfg) or unserved(cfg)
+
+
+def transformers_sparse_refusal(wrapper: dict[str, Any], cfg: dict[str, Any]) -> str | None:
+    """Why kvsim refuses a MiniMax-M3 config (`MINIMAX_M3_TYPES`) with sparse layers that vLLM 0.34.0 would serve
+    with its Transformers backend (`transformers_backend`: `MiniMaxM3VLForCausalLM`, transformers' class for
+    model_type `minimax_m3_vl_text`, which its registry does not list; it lists `MiniMaxM3SparseForCausalLM`),
+    else None. `wrapper` is the config as given, `cfg` its language model read into the legacy fields
+    (`dsa.minimax_m3_schema`). vLLM 0.34.0 then runs transformers' `MiniMaxM3VLAttention` through its own
+    attention function (`vllm_attention_forward`, `model_executor/models/transformers/__init__.py`), which
+    takes the indexer's `block_indices` among its ignored keyword arguments, and calls the model with
+    `use_cache=False` (`transformers/base.py`), so no index key is kept: every layer attends to every token,
+    and the sparse layers are not served as MiniMax-M3's sparse attention, which kvsim does not model."""
+    arch = transformers_backend(wrapper)
+    if arch is None or str(cfg.get("model_type", "")).lower() not in MINIMAX_M3_TYPES:
+        return None
+    freq = (cfg.get("sparse_attention_config") or {}).get("sparse_attention_freq") or []
+    n_sparse = sum(1 for f in freq if f)
+    if not n_sparse:  # (full attention on every layer: served so, and read so)
+        return None
+    return (
+        f"architectures [{arch!r}] with model_type {wrapper.get('model_type')!r}: vLLM 0.34.0's registry has no "
+        f"{arch} (vllm/model_executor/models/registry.py), so vLLM serves it with its Transformers backend "
+        f"(transformers' {arch} class), whose attention (vllm_attention_forward) ignores the lightning "
+        "indexer's block selection and keeps no index keys (it calls the model with use_cache=False): its "
+        f"{n_sparse} sparse layers would attend to every token, not as MiniMax-M3's sparse attention, a model "
+        "kvsim does not size; vLLM serves the sparse model as architectures ['MiniMaxM3SparseForCausalLM'] "
+        "(model_type 'minimax_m3_vl_text') or ['MiniMaxM3SparseForConditionalGeneration'] (model_type "
+        "'minimax_m3_vl')"
+    )
