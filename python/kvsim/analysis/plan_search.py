@@ -19,7 +19,7 @@ from kvsim.analysis.plan_plateau import flat_failures, flat_words
 from kvsim.analysis.plan_sampling import fmt_interval, interval, sample_caveat, unsure_slos
 from kvsim.analysis.plan_slo import METRICS, SLO, check_precision, parse_slos
 from kvsim.analysis.steady_state import STEADY_SPANS, fmt_need, fmt_spans, steady_requests
-from kvsim.model.units import fmt_count
+from kvsim.model.units import fmt_count, fmt_duration_ps
 
 # ----------------------------------------------------------------------------------------- defaults
 
@@ -430,6 +430,23 @@ class PlanResult:
                 "tensor parallelism, the batch's token budget)"
             )
         if queued is not None and queued > 0.1 * min(latencies):
+            span = low[0].get("arrival_span_s")
+            slo, latency = min(((s, a) for s, a, _ in flat if s.upper), key=lambda sa: sa[1])
+            if span is not None and span < latency:
+                # The whole sample arrived within the latency it misses: the floor's rate, not the trace,
+                # put them together (an absurd --start-rate whose floor, start / 4096, is itself absurd:
+                # user audit 54 #4), so the probes cannot tell what a lower rate does.
+                n = low[0].get("num_requests")
+                sample = f"the {n:,} requests'" if n else "the requests'"
+                return (
+                    f"{values} at {rates}, the lowest rates probed, where requests still queue (queueing "
+                    f"p99 {queued:.4g} s) because they arrive together: at {self._fmt(low[0][self.axis])} "
+                    f"{sample} arrivals span {fmt_duration_ps(span * 1e12)}, less than their {slo.metric} "
+                    f"of {latency:.4g} {slo.unit}, so these probes cannot tell whether a lower "
+                    f"rate meets {missed}: the floor, min_rate (--min-rate; by default start_rate / 4096, "
+                    "--start-rate, whose own default is the workload's rate), is too high; lower it to search "
+                    "rates that spread the arrivals"
+                )
             # Still queueing at the lowest rate, the same whatever the rate: requests that arrive at one
             # instant (a trace's burst) wait for each other however far apart the rate spreads the rest.
             return (
