@@ -462,6 +462,24 @@ class PlanResult:
             "the batch's token budget)"
         )
 
+    def _steady_cap(self) -> str | None:
+        """A rate search passing up to its cap where the cap's run was a steady state (arrivals spread over
+        many times its e2e p99): the cap, not a burst, ended it (a small --start-rate, whose cap start x
+        4096 is small too: user audit 54 #4, where "the requests arrive nearly at once" was false). None
+        where the cap's run was not judged steady."""
+        if self.axis != "rate" or "steady" not in self.probes.columns:
+            return None
+        top = self.probes.sort(self.axis).row(-1, named=True)
+        span, e2e = top.get("arrival_span_s"), top.get("e2e_s_p99")
+        if top.get("steady") is not True or not span or not e2e:
+            return None
+        return (
+            f"its run there was a steady state, its arrivals spread over {span:.4g} s, {span / e2e:.3g} times its "
+            f"e2e p99 of {e2e:.4g} s, so the rate is sustained and a higher one may be too: the cap, max_rate "
+            "(--max-rate; by default start_rate x 4096, --start-rate, whose own default is the workload's "
+            "rate), is too low; raise it to search higher rates"
+        )
+
     def _open_bracket(self, low: str, high: str, noun: str) -> str:
         """The bracket a `probe-limit` search stopped at, in words: "X passes, Y fails" (for a rate; the
         other axes' "X fails, Y passes"), or, where the search never found one end, what every probe did
@@ -549,10 +567,13 @@ class PlanResult:
                     "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
                     + self._open_bracket("passes", "fails", "rate")
                     + " (max_probes, --max-probes, allows more)",
-                    "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: at such rates "
-                    "the workload's requests arrive nearly at once, so this says the whole run served as one burst "
-                    "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
-                    "SLOs; or tighten them, or raise max_rate)",
+                    "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: "
+                    + (
+                        self._steady_cap()
+                        or "at such rates the workload's requests arrive nearly at once, so this says the whole "
+                        "run served as one burst meets the SLOs, not that the rate can be sustained (more requests "
+                        "make a run outlast the SLOs; or tighten them, or raise max_rate)"
+                    ),
                     "below-floor": f"fails {slos} at every rate probed, down to the floor {self._fmt(hi)}: "
                     + (
                         self._unloaded_failure()
