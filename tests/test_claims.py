@@ -247,3 +247,50 @@ def test_the_report_counts_inconclusive_claims(report):
     assert f" CONFIRMED, {n} INCONCLUSIVE, " in text
     assert f" CONFIRMED, {n} INCONCLUSIVE, " in report.summary_line()
     assert "INCONCLUSIVE: a claim of an order" in text
+
+
+def test_the_alpaca_block_claim_is_tested_at_every_block_above_32():
+    """`P-block-alpaca` ("larger than 32 degrades"): every block of the sweep above 32 must be at least 10 %
+    below block 16; the stored rows' 64 (0.993x) is not, so the claim DIFFERS and its note names 64 (it once
+    tested 128 alone and read CONFIRMED: user audit 54 #2). With 64's throughput cut to 80 % of block 16's,
+    seed by seed, it holds."""
+    import polars as pl
+
+    from kvsim.analysis.claims_model import Results
+    from kvsim.analysis.claims_paper import _block_size_paper, paper_experiments
+
+    exp = next(e for e in paper_experiments() if e.name == "block-size-paper")
+    frame = pl.read_parquet(Path(__file__).parent.parent / "results" / "claims" / "block-size-paper.parquet")
+
+    def alpaca(f: pl.DataFrame) -> claims.Claim:
+        (c,) = [c for c in _block_size_paper(Results(exp, f, None), 1.0) if c.id == "P-block-alpaca"]
+        return c
+
+    stored = alpaca(frame)
+    assert stored.verdict == DIFFERS
+    assert "64, 128, 256" in stored.tolerance
+    assert "but not at 64 (" in stored.note
+    assert "at 128 (" in stored.note
+    assert "not at 128" not in stored.note
+    is_alpaca = pl.col("workload").str.starts_with("alpaca")
+    base = frame.filter(is_alpaca & (pl.col("block_size") == 16)).select("seed", base="throughput_rps")
+    cut = (
+        frame.join(base, on="seed", how="left")
+        .with_columns(
+            pl.when(is_alpaca & (pl.col("block_size") == 64))
+            .then(pl.col("base") * 0.8)
+            .otherwise(pl.col("throughput_rps"))
+            .alias("throughput_rps")
+        )
+        .drop("base")
+    )
+    assert alpaca(cut).verdict == CONFIRMED
+    # 256 alone not worse: DIFFERS again, naming 256 and not 64
+    flat = cut.with_columns(
+        pl.when(is_alpaca & (pl.col("block_size") == 256))
+        .then(pl.col("throughput_rps") * 10)
+        .otherwise(pl.col("throughput_rps"))
+        .alias("throughput_rps")
+    )
+    assert alpaca(flat).verdict == DIFFERS
+    assert "but not at 256 (" in alpaca(flat).note

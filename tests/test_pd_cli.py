@@ -85,6 +85,34 @@ def test_kvsim_run_disaggregation_errors_are_one_line_exit_2(capsys, flags, text
     assert text in err[0], err[0]
 
 
+def test_a_link_too_slow_for_a_block_is_refused_by_the_flag_with_the_least_that_runs(capsys):
+    """`--pd-link-bandwidth 10` (bytes per second, though a user likely meant 10 GB/s) makes a block's
+    transfer outlast the engine's clock: one line naming the flag and its unit, the block's time in seconds
+    and the least bandwidth that runs (no picoseconds: user audit 54 #10); that bandwidth runs, one a little
+    below it is refused."""
+    import re
+
+    from kvsim.cli import main
+
+    argv = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--workload", "sharegpt:arrival_rate=12",
+            "--requests", "20", "--replicas", "2", "--prefill-replicas", "1"]  # fmt: skip
+    assert main([*argv, "--pd-link-bandwidth", "10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "pd_link_bandwidth 10 B/s (--pd-link-bandwidth; a bare number is bytes per second)" in err[0]
+    assert (
+        "moves a block of 8 MiB in 838,860.8 s, more than the 1.0995 s a block's transfer may last" in err[0]
+    )
+    assert " ps" not in err[0]
+    least = re.search(r"give at least (\S+) MB/s", err[0])
+    assert least, err[0]
+    assert main([*argv, "--pd-link-bandwidth", f"{least.group(1)}MB/s"]) == 0
+    capsys.readouterr()
+    below = float(least.group(1)) - 0.01
+    assert main([*argv, "--pd-link-bandwidth", f"{below:.2f}MB/s"]) == 2
+    assert f"give at least {least.group(1)} MB/s" in capsys.readouterr().err
+
+
 def test_kvsim_run_gives_the_prefill_pool_its_own_config(capsys):
     """`--prefill-config gpu=b200,...` sizes and prices the prefill pool as its own GPU (printed as
     `prefill pool: ...`), and the run is `simulate_cluster(..., prefill_config=)` with that config; a bad

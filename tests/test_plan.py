@@ -178,6 +178,80 @@ def test_a_floor_failure_of_a_burst_says_requests_wait_for_each_other():
     assert "without waiting for each other" in r.message
 
 
+def test_a_floor_failure_where_the_floor_rate_puts_the_whole_sample_together_says_to_lower_the_floor():
+    """User audit 54 #4: a floor so high that the whole sample arrives within the latency it misses (an
+    absurd start rate, whose floor start / 4096 is absurd too) queues because of the rate, not of the
+    trace: the message says so and to lower min_rate / start_rate, not that no lower rate meets the SLO;
+    a sample whose arrivals span longer than that latency keeps the burst's message."""
+
+    def together(span, workload, config):
+        return {"ttft_s_p99": 15.0, "queueing_s_p99": 14.9, "completed": len(workload), "rejected": 0,
+                "num_requests": len(workload), "steady": True, "arrival_span_s": span}  # fmt: skip
+
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=functools.partial(together, 0.01), min_rate=0.1)
+    assert r.status == "below-floor"
+    low = r.probes.sort("rate").row(0, named=True)["rate"]
+    assert "where requests still queue (queueing p99 14.9 s) because they arrive together" in r.message
+    assert (
+        f"at {low:.4g} req/s the 4 requests' arrivals span 10 ms, less than their ttft_p99 of 15 s"
+        in r.message
+    )
+    assert "cannot tell whether a lower rate meets ttft_p99 <= 1 s" in r.message
+    assert "the floor, min_rate (--min-rate; by default start_rate / 4096, --start-rate" in r.message
+    assert "no lower rate" not in r.message
+    spread = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=functools.partial(together, 20.0), min_rate=0.1)
+    assert "requests that arrive together wait for each other at any rate" in spread.message
+    assert "because they arrive together" not in spread.message
+
+
+def test_a_rate_search_passing_to_a_cap_whose_run_was_steady_says_to_raise_the_cap():
+    """User audit 54 #4's mirror: a small start rate's cap (start x 4096) where the run is a steady state
+    (arrivals over many e2e p99s) is not "requests arriving nearly at once": the message says the rate is
+    sustained and to raise max_rate; a cap whose run was not steady keeps the burst's message."""
+
+    def passing(steady, workload, config):
+        return {"ttft_s_p99": 0.1, "queueing_s_p99": 0.0, "completed": len(workload), "rejected": 0,
+                "num_requests": len(workload), "steady": steady, "arrival_span_s": 700.0, "e2e_s_p99": 14.0}  # fmt: skip
+
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=functools.partial(passing, True), max_rate=8.0)
+    assert r.status == "above-cap"
+    assert (
+        "its run there was a steady state, its arrivals spread over 700 s, 50 times its e2e p99 of 14 s"
+        in (r.message)
+    )
+    assert "the cap, max_rate (--max-rate; by default start_rate x 4096, --start-rate" in r.message
+    assert "nearly at once" not in r.message
+    burst = kvsim.plan(_workload(4), FAKE_CONFIG, ONE, probe=functools.partial(passing, False), max_rate=8.0)
+    assert burst.status == "above-cap"
+    assert "the workload's requests arrive nearly at once" in burst.message
+
+
+def test_the_audits_absurd_start_rate_advises_the_floor_that_then_finds_the_rate(capsys):
+    """User audit 54 #4's command, 300 requests from --start-rate 1e9: below-floor, with the advice to lower
+    the floor instead of "no lower rate meets"; with --min-rate 1 the same search converges (from 1e9, in
+    over 40 probes). From 1e-4, above-cap at a steady cap, with the advice to raise it."""
+    from kvsim.cli import main
+    from kvsim.workloads import traces_dir
+
+    if not (traces_dir() / "mooncake").is_dir():
+        pytest.skip("the Mooncake traces are absent")
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "mooncake-conversation",
+            "--requests", "300", "--slo", "ttft_p99:10s", "--workers", "2", "--start-rate", "1e9"]  # fmt: skip
+    assert main(argv) == 0
+    (last,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("below-floor: ")]
+    assert "because they arrive together" in last
+    assert "lower it to search rates that spread the arrivals" in last
+    assert "no lower rate" not in last
+    assert main([*argv, "--min-rate", "1", "--max-probes", "64"]) == 0
+    assert any(line.startswith("converged: ") for line in capsys.readouterr().out.splitlines())
+    # The mirror: from 1e-4 the cap is 0.41 req/s, below the knee (1.33), and its run a steady state.
+    assert main([*argv[:-1], "1e-4"]) == 0
+    (last,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("above-cap: ")]
+    assert "its run there was a steady state" in last
+    assert "raise it to search higher rates" in last
+    assert "nearly at once" not in last
+
+
 def test_a_floor_failure_of_a_flat_goodput_says_no_lower_rate_helps():
     """A goodput fraction that does not grow as the rate halves (a share of requests that miss their own
     SLOs alone) fails at every rate: the message says so and that no lower rate helps, not to lower

@@ -131,11 +131,33 @@ def test_an_slo_no_fleet_meets_is_said_plainly():
         ({"max_gpus": 0}, "max_gpus 0 must be a whole number >= 1"),
         ({"rate": -1.0}, "rate -1.0 must be a positive number"),
         ({"max_gpus": 3, "pd_link_bandwidth": 0.0}, "pd_link_bandwidth"),
+        (
+            {"max_gpus": 65537},
+            "max_gpus 65537 holds 65,537 replicas of 1 GPU (tensor_parallel_size); a fleet runs at most 65,536 "
+            "replicas (the aggregated search reaches the limit): give at most 65536 GPUs",
+        ),
     ],
 )
 def test_bad_split_arguments_are_refused_by_name(kwargs, needle):
     with pytest.raises(InvalidArgumentError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         best_split(_workload(20, 2.0), kvsim.SimConfig(**MODEL), {"ttft_p99": 1.0}, workers=2, **kwargs)
+
+
+def test_the_gpu_limit_reaches_the_most_replicas_a_fleet_runs():
+    """A GPU limit of 65,536 replicas' GPUs runs (a stand-in probe: every fleet passes); one replica's GPUs
+    more is refused by the flag's name and the limit, not by a probe's replica count (user audit 54 #5)."""
+
+    def probes(p):
+        return functools.partial(_need_probe, need=(1,) * 4, prefill=p, calls=[])
+
+    for tp in (1, 2):
+        config = kvsim.SimConfig(**MODEL, tensor_parallel_size=tp)
+        r = best_split(
+            _workload(20, 2.0), config, {"ttft_p99": 0.5}, max_gpus=65536 * tp, probes=probes, workers=1
+        )
+        assert (r.aggregated, r.split) == (1, (1, 1))
+        with pytest.raises(InvalidArgumentError, match=f"give at most {65536 * tp} GPUs"):
+            best_split(_workload(20, 2.0), config, {"ttft_p99": 0.5}, max_gpus=65537 * tp, probes=probes)
 
 
 def test_a_list_of_configs_is_refused():
@@ -171,6 +193,11 @@ def test_cli_split_json(capsys):
     [
         (["--split", "--max-gpus", "0"], "argument --max-gpus: 0 must be at least 1"),
         (["--split", "--max-gpus", "1"], "argument --max-gpus: max_gpus 1 holds 1 replica of 1 GPU"),
+        (
+            ["--split", "--max-gpus", "100000"],
+            "argument --max-gpus: max_gpus 100000 holds 100,000 replicas of 1 GPU (tensor_parallel_size); a fleet "
+            "runs at most 65,536 replicas (the aggregated search reaches the limit): give at most 65536 GPUs",
+        ),
         (
             ["--split", "--max-gpus", "3", "--tensor-parallel-size", "2"],
             "a split needs one prefill and one decode",

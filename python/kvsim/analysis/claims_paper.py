@@ -6,7 +6,7 @@ they check.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 
@@ -281,11 +281,14 @@ def _block_size_paper(res: Results, scale: float) -> list[Claim]:
     cmd = res.experiment.command(scale)
     claim_s = "§7.1 Fig. 18a: ShareGPT is insensitive to block sizes 16-128"
     claim_a = (
-        "§7.1 Fig. 18a: on Alpaca, large blocks degrade performance (the paper: larger than 32; tested at "
-        "128, 64 reported)"
+        "§7.1 Fig. 18a: on Alpaca, blocks larger than 32 degrade performance (the paper: 16 and 32 work well, "
+        "larger sizes degrade it)"
     )
     tol_s = "paired per-seed saturation throughput at 64 and 128 within 10 % of block 16 (mean of the ratios)"
-    tol_a = "paired per-seed saturation throughput at 128 at least 10 % below block 16 (mean of the ratios)"
+    tol_a = (
+        "paired per-seed saturation throughput at every block above 32 (64, 128, 256) at least 10 % below "
+        "block 16 (mean of the ratios)"
+    )
     small = (
         "ratios are each seed's throughput over its own block-16 run (the same requests), mean ± 95 % "
         "t-interval over the seeds; the lower end (block 8 slower on the GPU because the kernel cannot use "
@@ -312,7 +315,19 @@ def _block_size_paper(res: Results, scale: float) -> list[Claim]:
             + f" of block 16 ({base:.2f} req/s)"
         )
         r = {b: m for b, (m, _) in ratios.items()}
-        ok = all(r[b] >= 0.9 for b in (64, 128)) if ds == "sharegpt" else r[128] <= 0.9
+        note = small
+        if ds == "sharegpt":
+            ok = all(r[b] >= 0.9 for b in (64, 128))
+        else:
+            # (every size the paper's "larger than 32" covers: the verdict once tested 128 alone and read
+            # CONFIRMED beside 64's 0.993x, block 16's throughput: user audit 54 #2)
+            larger = [b for b in r if b > 32]
+            held = [b for b in larger if r[b] <= 0.9]
+            ok = bool(larger) and len(held) == len(larger)
+            if not ok:
+                missed = [b for b in larger if b not in held]
+                at = _sizes(ratios, held, False) if held else "no block above 32"
+                note = f"larger blocks degrade throughput at {at} but not at {_sizes(ratios, missed, True)}; {small}"
         out.append(
             Claim(
                 f"P-block-{ds}",
@@ -323,10 +338,16 @@ def _block_size_paper(res: Results, scale: float) -> list[Claim]:
                 tol,
                 CONFIRMED if ok else DIFFERS,
                 cmd,
-                small,
+                note,
             )
         )
     return out
+
+
+def _sizes(ratios: Mapping[int, tuple[float, float]], blocks: Sequence[int], ci: bool) -> str:
+    """`blocks` with their mean ratios (and 95 % half-widths with `ci`): "128 (0.824x) and 256 (0.508x)"."""
+    each = [f"{b} ({ratios[b][0]:.3f}x" + (f" ± {ratios[b][1]:.3f})" if ci else ")") for b in blocks]
+    return " and ".join([", ".join(each[:-1]), each[-1]] if len(each) > 1 else each)
 
 
 def sizing_claim() -> Claim:

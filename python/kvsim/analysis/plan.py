@@ -300,6 +300,7 @@ def _search(
     unservable: Mapping[int, int] | None = None,
     settling: frozenset[int] = frozenset(),
     stop_flat: bool = False,
+    router: str | None = None,
 ) -> PlanResult:
     """Runs `search` round by round: each value becomes (workload, config, extra row columns) by `make`,
     is probed in parallel, and is judged against every SLO. `unservable` (`unservable`): requests every
@@ -309,7 +310,8 @@ def _search(
     that rejected every request for them, no value can serve one and the search stops (`all-rejected`,
     `PlanResult.settled`). `stop_flat` (a replica search): after a round where every probe failed and a
     failed SLO stayed flat at the two highest values without queueing, more cannot help and the search
-    stops (`above-cap`, `PlanResult.plateau`: `kvsim.analysis.plan_plateau.plateau`)."""
+    stops (`above-cap`, `PlanResult.plateau`: `kvsim.analysis.plan_plateau.plateau`, whose message names
+    `router`, the fleet's)."""
     from kvsim.analysis.executors import executor_session
     from kvsim.analysis.plan_plateau import plateau
 
@@ -411,7 +413,7 @@ def _search(
                 row["wall_s"] = wall
                 rows.append(row)
             round_no += 1
-            flat = plateau(rows, slos, axis, search.cap) if stop_flat and not settled else ""
+            flat = plateau(rows, slos, axis, search.cap, router) if stop_flat and not settled else ""
             if flat:
                 status = "above-cap"
                 break

@@ -36,6 +36,7 @@ from kvsim.analysis.plan_probes import pd_probe
 from kvsim.analysis.plan_search import DEFAULT_MAX_PROBES, SLO, parse_slos
 from kvsim.analysis.plan_smallest import _target, smallest_replicas
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.knob_table import KNOBS
 from kvsim.model.units import fmt_count
 
 
@@ -311,7 +312,8 @@ def best_split(
         Others: as `kvsim.plan`.
 
     Raises:
-        InvalidArgumentError: a config that is not one SimConfig, a GPU limit below 2 replicas' GPUs, and
+        InvalidArgumentError: a config that is not one SimConfig, a GPU limit below 2 replicas' GPUs or above
+            the most replicas a fleet runs (65,536) times their GPUs, and
             as `smallest_replicas` (the disaggregated fleet's refusals from the first probe).
     """
     if not hasattr(config, "replace") or isinstance(config, list | tuple):
@@ -334,6 +336,13 @@ def best_split(
             f"max_gpus {max_gpus} holds {fmt_count(most, 'replica')} of {fmt_count(tp, 'GPU')} (tensor_parallel_size); a split "
             "needs one prefill and one decode replica: at least "
             f"{2 * tp} GPUs"
+        )
+    fleet = int(KNOBS["replicas"].hi or 0)
+    if most > fleet:  # (the aggregated search would reach it; its refusal named the count, not the flag)
+        raise InvalidArgumentError(
+            f"max_gpus {max_gpus} holds {fmt_count(most, 'replica')} of {fmt_count(tp, 'GPU')} "
+            f"(tensor_parallel_size); a fleet runs at most {fleet:,} replicas (the aggregated search reaches "
+            f"the limit): give at most {fleet * tp} GPUs"
         )
     target, r = _target(workload, rate)
     knobs: dict[str, Any] = {

@@ -19,7 +19,7 @@ from kvsim.analysis.plan_plateau import flat_failures, flat_words
 from kvsim.analysis.plan_sampling import fmt_interval, interval, sample_caveat, unsure_slos
 from kvsim.analysis.plan_slo import METRICS, SLO, check_precision, parse_slos
 from kvsim.analysis.steady_state import STEADY_SPANS, fmt_need, fmt_spans, steady_requests
-from kvsim.model.units import fmt_count
+from kvsim.model.units import fmt_count, fmt_duration_ps
 
 # ----------------------------------------------------------------------------------------- defaults
 
@@ -430,6 +430,23 @@ class PlanResult:
                 "tensor parallelism, the batch's token budget)"
             )
         if queued is not None and queued > 0.1 * min(latencies):
+            span = low[0].get("arrival_span_s")
+            slo, latency = min(((s, a) for s, a, _ in flat if s.upper), key=lambda sa: sa[1])
+            if span is not None and span < latency:
+                # The whole sample arrived within the latency it misses: the floor's rate, not the trace,
+                # put them together (an absurd --start-rate whose floor, start / 4096, is itself absurd:
+                # user audit 54 #4), so the probes cannot tell what a lower rate does.
+                n = low[0].get("num_requests")
+                sample = f"the {n:,} requests'" if n else "the requests'"
+                return (
+                    f"{values} at {rates}, the lowest rates probed, where requests still queue (queueing "
+                    f"p99 {queued:.4g} s) because they arrive together: at {self._fmt(low[0][self.axis])} "
+                    f"{sample} arrivals span {fmt_duration_ps(span * 1e12)}, less than their {slo.metric} "
+                    f"of {latency:.4g} {slo.unit}, so these probes cannot tell whether a lower "
+                    f"rate meets {missed}: the floor, min_rate (--min-rate; by default start_rate / 4096, "
+                    "--start-rate, whose own default is the workload's rate), is too high; lower it to search "
+                    "rates that spread the arrivals"
+                )
             # Still queueing at the lowest rate, the same whatever the rate: requests that arrive at one
             # instant (a trace's burst) wait for each other however far apart the rate spreads the rest.
             return (
@@ -443,6 +460,24 @@ class PlanResult:
             f"for each other, so no lower rate meets {them} (loosen "
             f"{them}, or make a request faster: another GPU, tensor parallelism, "
             "the batch's token budget)"
+        )
+
+    def _steady_cap(self) -> str | None:
+        """A rate search passing up to its cap where the cap's run was a steady state (arrivals spread over
+        many times its e2e p99): the cap, not a burst, ended it (a small --start-rate, whose cap start x
+        4096 is small too: user audit 54 #4, where "the requests arrive nearly at once" was false). None
+        where the cap's run was not judged steady."""
+        if self.axis != "rate" or "steady" not in self.probes.columns:
+            return None
+        top = self.probes.sort(self.axis).row(-1, named=True)
+        span, e2e = top.get("arrival_span_s"), top.get("e2e_s_p99")
+        if top.get("steady") is not True or not span or not e2e:
+            return None
+        return (
+            f"its run there was a steady state, its arrivals spread over {span:.4g} s, {span / e2e:.3g} times its "
+            f"e2e p99 of {e2e:.4g} s, so the rate is sustained and a higher one may be too: the cap, max_rate "
+            "(--max-rate; by default start_rate x 4096, --start-rate, whose own default is the workload's "
+            "rate), is too low; raise it to search higher rates"
         )
 
     def _open_bracket(self, low: str, high: str, noun: str) -> str:
@@ -532,10 +567,13 @@ class PlanResult:
                     "probe-limit": f"stopped at {n} probes before the bracket reached {100 * self.precision:g} %: "
                     + self._open_bracket("passes", "fails", "rate")
                     + " (max_probes, --max-probes, allows more)",
-                    "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: at such rates "
-                    "the workload's requests arrive nearly at once, so this says the whole run served as one burst "
-                    "meets the SLOs, not that the rate can be sustained (more requests make a run outlast the "
-                    "SLOs; or tighten them, or raise max_rate)",
+                    "above-cap": f"passes {slos} at every rate probed, up to the cap {self._fmt(lo)}: "
+                    + (
+                        self._steady_cap()
+                        or "at such rates the workload's requests arrive nearly at once, so this says the whole "
+                        "run served as one burst meets the SLOs, not that the rate can be sustained (more requests "
+                        "make a run outlast the SLOs; or tighten them, or raise max_rate)"
+                    ),
                     "below-floor": f"fails {slos} at every rate probed, down to the floor {self._fmt(hi)}: "
                     + (
                         self._unloaded_failure()

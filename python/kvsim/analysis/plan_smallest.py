@@ -114,7 +114,7 @@ def smallest_replicas(
     settling = settling_reasons(config, probe, pool_varies=False) if own else frozenset()
     result = _search(
         search, make, run_probe, slos_, "replicas", executor, workers, scheduler, _setup(workload, config, r),
-        unservable=aside, settling=settling, stop_flat=True,
+        unservable=aside, settling=settling, stop_flat=True, router=getattr(config, "router", None),
     )  # fmt: skip
     if own and result.value is not None:
         result = dataclasses.replace(result, value_words=fleet_words(config, int(result.value)))

@@ -7,6 +7,7 @@ block's bytes `_pd_block_bytes`), and the rows and summary keys a disaggregated 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from kvsim.engine.engine_input import EngineInput
 from kvsim.engine.simulate import over
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import DP_DISAGGREGATED, PS_PER_S, SimConfig
+from kvsim.model.units import fmt_bytes_exact
 
 # The prefill pool's knobs (DESIGN.md §Prefill/decode disaggregation), taken the same way.
 PD_KNOBS = (
@@ -178,11 +180,28 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
         ps_per_block = round(block * PS_PER_S / bandwidth)
         if ps_per_block > 1 << 40:
             raise InvalidArgumentError(
-                f"pd_link_bandwidth {bandwidth!r} makes a block's transfer last {ps_per_block} "
-                f"ps, more than {1 << 40}"
+                f"pd_link_bandwidth {bandwidth:g} B/s (--pd-link-bandwidth; a bare number is bytes per second) "
+                f"moves a block of {fmt_bytes_exact(block)} in {_seconds(block / bandwidth)} s, more than the "
+                f"{(1 << 40) / PS_PER_S:.5g} s a block's transfer may last: give at least "
+                f"{_bandwidth_up(block * PS_PER_S / (1 << 40))} (as 25GB/s)"
             )
     latency = round(first.pd_link_latency_s * PS_PER_S)
     return PdSpec(p, first.pd_threshold_tokens, latency, ps_per_block, prefill_config)
+
+
+def _seconds(s: float) -> str:
+    return f"{s:,.1f}" if s >= 1000 else f"{s:.5g}"
+
+
+def _bandwidth_up(rate: float) -> str:
+    """`rate` bytes per second rounded up to three significant figures in the largest decimal unit that
+    keeps it at least 1 (`7.63 MB/s`): the least bandwidth a refusal names, which then runs."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0)):
+        if rate >= scale or unit == "B":
+            x = rate / scale
+            k = 2 - math.floor(math.log10(x)) if x > 0 else 0
+            return f"{math.ceil(x * 10**k) / 10**k:g} {unit}/s"
+    raise AssertionError("unreachable")
 
 
 def pd_link_bandwidth(config: SimConfig) -> float:
