@@ -156,7 +156,8 @@ def test_a_tick_runs_rates_and_pools_past_its_gpu_say_so(quick):
     plots.draw_memory_budget(axes, budget)
     assert axes[0].get_ylabel() == "throughput (requests/s of ticks)"
     assert axes[1].get_ylabel() == "P99 end-to-end latency (s of ticks)"
-    held = f"an a100-40gb holds {cfg.num_blocks - 1:,}: past that"
+    held = f"vLLM 0.34.0 sizes {cfg.num_blocks - 1:,} on an a100-40gb: past that"
+    assert cfg.vllm_release == "0.34.0"
     assert held in axes[0].get_xlabel().replace("\n", " ")
     gpu_time = budget.frame.with_columns(pl.lit("roofline").alias("time_model"))
     assert plots.ticks_text(Results(budget.experiment, gpu_time, None)) is None

@@ -55,6 +55,7 @@ from kvsim.analysis.plots_common import (
 from kvsim.analysis.plots_fleet import draw_fleet, fleet_findings
 from kvsim.analysis.plots_plan import draw_plan, plan_figure, plan_finding
 from kvsim.errors import InvalidArgumentError
+from kvsim.model.releases import LATEST, said
 
 # ------------------------------------------------------------------------------------- findings
 # Each returns the second title line of its plot, computed from the rows (tests check it against them).
@@ -305,7 +306,7 @@ def draw_memory_budget(axes: Sequence[Axes], res: Results) -> None:
     axes[1].set_ylabel(f"P99 end-to-end latency (s{ticks})")
     held = blocks_the_gpu_holds(res)
     beyond = (
-        f"; an {res.frame['gpu'][0]} holds {held:,}: past that, kvsim's experiment"
+        f"; {said(LATEST)} sizes {held:,} on an {res.frame['gpu'][0]}: past that, kvsim's experiment"
         if held is not None and held < max(usable)
         else ""
     )
