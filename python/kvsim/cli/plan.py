@@ -301,11 +301,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     workload, info = _workload_from_args(args, data, notes)
     backend = args.backend or data.get("backend", "rust")
     slos = opts.pop("slos")
-    rates = rate_note(workload, info)
+    spec = args.workload if args.workload is not None else data.get("workload", "sharegpt")
+    given = tuple(k for k in ("time_scale", "request_rate") if getattr(args, k, None) is not None)
+    rates = rate_note(workload, info, spec, given)
     ranking = None
     shown = None
     if args.split:
-        return _split(args, workload, config, info, notes, backend, slos, opts)
+        return _split(args, workload, config, info, notes, backend, slos, opts, rates)
     if args.smallest == "replicas":
         from kvsim.analysis.plan_smallest import smallest_replicas
 

@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 from kvsim.cli.flags import FlagError
-from kvsim.cli.plan_lines import rate_note
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
@@ -24,8 +23,10 @@ def _split(
     backend: str,
     slos: Any,
     opts: dict[str, Any],
+    rates: dict[str, str],
 ) -> int:
-    """`kvsim plan --split`: `best_split`, printed as one table of its searches and the two fleets."""
+    """`kvsim plan --split`: `best_split`, printed as one table of its searches and the two fleets;
+    `rates`: `rate_note`'s basis and line."""
     from kvsim.analysis.plan_pd import best_split
     from kvsim.analysis.plan_sampling import fmt_interval
 
@@ -40,7 +41,7 @@ def _split(
         out = {
             **_json_head(args, config, info, backend),
             **result.to_dict(),
-            "rate_basis": rate_note(workload, info),
+            "rate_basis": rates,
             "notes": notes,
         }
         print(json.dumps(out, default=str, ensure_ascii=False))
@@ -48,7 +49,7 @@ def _split(
     print(
         f"workload: {info['name']}, {fmt_count(info['requests'], 'request')}; every probe at {result.rate:.4g} req/s"
     )
-    print(rate_note(workload, info)["line"])
+    print(rates["line"])
     print(config.pool.line())
     print(config.time_line())
     # (each SLO's 95 % interval at the answer, as the rate search's table gives each probe's)
