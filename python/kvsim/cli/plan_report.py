@@ -162,7 +162,9 @@ def _best_line(ranking: Any, total: int) -> str:
         line = (
             f"best: none decided: the answer{'s' * (len(bursts) > 1)} of {', '.join(bursts)} "
             f"{'are bursts' if len(bursts) > 1 else 'is a burst'}, not a steady state (passed with the queue "
-            "growing through the run, NOT A STEADY STATE above), which ranks nothing; more "
+            "growing through the run, NOT A STEADY STATE above), a rate the configuration does not "
+            "sustain: it ranks below the answers from runs that were not overloaded, whatever their rate, "
+            "and decides nothing; more "
             f"requests (--requests) make the runs outlast the SLOs; as ranked, {line[len('best: ') :]}"
         )
     short = [c for c in ranking.tied if c in ranking.unsteady and c not in ranking.bursts]
@@ -199,11 +201,13 @@ def _best_line(ranking: Any, total: int) -> str:
 
 def _tied_words(row: dict[str, Any], result: Any) -> str:
     """One tied candidate in the best line: its rate and status; for status `burst`, the rate is the highest
-    steady pass (or none) and the knee that passed only as a burst is named beside it."""
+    steady pass (or none) and the knee that passed only as a burst is named beside it; an answer whose own
+    run was overloaded (`PlanResult.burst`) says so."""
     rate = "no steady pass" if row["rate"] is None else f"{row['rate']:.4g} req/s"
     if row["status"] == "burst" and result.burst_rate is not None:
         return f"{row['candidate']} ({rate}, burst: its knee {result.burst_rate:.4g} req/s passed only as a burst)"
-    return f"{row['candidate']} ({rate}, {row['status']})"
+    overloaded = ", overloaded" if result.burst else ""
+    return f"{row['candidate']} ({rate}, {row['status']}{overloaded})"
 
 
 def _margin(ranking: Any, t: Any) -> str:
@@ -217,7 +221,7 @@ def _margin(ranking: Any, t: Any) -> str:
     second = rest.row(1, named=True)
     precision = ranking.plans[top["candidate"]].precision
     lead = top["rate"] / second["rate"] - 1
-    if lead >= precision:
+    if lead < 0 or lead >= precision:  # (a higher overloaded rate ranked below it ties: `_best_line`)
         return ""
     failed = ranking.plans[second["candidate"]].bracket[1]
     return (
