@@ -91,3 +91,69 @@ def test_split_help_says_what_its_per_gpu_column_is(capsys):
     split = text[text.index("--split instead") :][:400]
     assert "goodput" not in split
     assert "--rate over their GPUs" in split
+
+
+MOONCAKE = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "200", "--max-model-len", "16384"]
+
+
+def _plan_then_run(
+    capsys, plan_flags: list[str], recipe: str, kept: list[str]
+) -> tuple[dict, int, dict | None]:
+    """`kvsim plan --json` with `plan_flags`, then `kvsim run` with the plan's flags `kept` and those its
+    `rate_basis` line says (`recipe`: a regex whose group 1 is the flags, R standing for the rate) at the
+    answer's rate: the plan, run's exit status and its summary."""
+    assert main(["plan", *MOONCAKE, *plan_flags, "--slo", "ttft_p99:5s", "--workers", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    m = re.search(recipe, data["rate_basis"]["line"])
+    assert m is not None, data["rate_basis"]["line"]
+    flags = [repr(data["value"]) if f == "R" else f for f in m.group(1).split()]
+    rc = main(["run", *MOONCAKE, *kept, *flags, "--json"])
+    captured = capsys.readouterr()
+    return data, rc, json.loads(captured.out)["summary"] if rc == 0 else None
+
+
+def test_the_recipe_for_a_trace_given_a_time_scale_runs_the_answer(capsys):
+    """User audit 54 finding 15: on a trace given as `mooncake-conversation:time_scale=4` the line said
+    "reproduce a rate R with kvsim run --request-rate R", which kvsim run refused with that workload ("give
+    time_scale or request_rate, not both"): it now names the workload without its time_scale, and that
+    command, run at the answer's rate, measures what the answer's probe did; a `--time-scale` flag alike."""
+    recipe = r"reproduce a rate R with kvsim run ((?:--workload \S+ )?--request-rate R)"
+    for plan_flags, kept, dropped in (
+        (["--workload", "mooncake-conversation:time_scale=4"], [], "the workload's time_scale=4 dropped"),
+        (
+            ["--workload", "mooncake-conversation", "--time-scale", "4"],
+            ["--workload", "mooncake-conversation"],
+            "without --time-scale",
+        ),
+    ):
+        data, rc, summary = _plan_then_run(capsys, plan_flags, recipe, kept)
+        assert dropped in data["rate_basis"]["line"]
+        assert data["status"] == "converged"
+        assert rc == 0
+        (probe,) = [p for p in data["probes"] if p["rate"] == data["value"]]
+        assert summary["ttft_s_p99"] == pytest.approx(probe["ttft_p99"], rel=1e-9)
+    # (the line as it was, the workload as given beside --request-rate R, is refused)
+    argv = ["run", *MOONCAKE, "--workload", "mooncake-conversation:time_scale=4", "--request-rate", "7"]
+    assert main(argv) == 2
+    assert "give time_scale or request_rate, not both" in capsys.readouterr().err
+
+
+def test_the_recipe_for_a_generator_given_a_time_scale_drops_it(capsys):
+    """A generator given a `time_scale` has a nominal rate over it, and `arrival_rate=R` beside that scale
+    runs R / scale: the line says to drop it, and the generator at `arrival_rate=R`, its other parameters
+    as given, measures what the answer's probe did (with the scale kept: another run)."""
+    argv = ["plan", *MOONCAKE[:6], "--workload", "sharegpt:time_scale=2,arrivals=gamma,burstiness=0.5"]
+    assert main([*argv, "--slo", "ttft_p99:100ms", "--workers", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["status"] == "converged"
+    line = data["rate_basis"]["line"]
+    assert (
+        "--workload sharegpt:arrival_rate=R (its other parameters as given; the workload's time_scale=2"
+        in line
+    )
+    (probe,) = [p for p in data["probes"] if p["rate"] == data["value"]]
+    given = f"sharegpt:arrivals=gamma,burstiness=0.5,arrival_rate={data['value']!r}"
+    for spec, same in ((given, True), (f"{given},time_scale=2", False)):
+        assert main(["run", *MOONCAKE[:6], "--workload", spec, "--json"]) == 0
+        ttft = json.loads(capsys.readouterr().out)["summary"]["ttft_s_p99"]
+        assert (ttft == pytest.approx(probe["ttft_p99"], rel=1e-9)) is same, spec

@@ -209,6 +209,10 @@ def test_cli_split_json(capsys):
             "(--smallest replicas does not read it): add --split",
         ),
         (["--split", "--smallest", "replicas"], "argument --smallest: not allowed with --split"),
+        # (user audit 54 finding 17: both were dropped without a word, the answer the same as without them)
+        (["--split", "--replicas", "4"], "argument --replicas: not allowed with --split, which searches"),
+        (["--split", "--prefill-replicas", "3"], "argument --prefill-replicas: not allowed with --split"),
+        (["--split", "--replicas", "1"], "drop it; to size one fleet, run it with kvsim run"),
         (["--split", "--start-rate", "3"], "argument --start-rate: applies to the rate search"),
         (["--split", "--rate", "x"], "argument --rate: 'x' is not a number"),
     ],

@@ -263,6 +263,80 @@ def test_a_steady_pass_beside_a_burst_knee_decides(capsys):
     assert "burst" not in line
 
 
+def _overloaded_above(workload, config, *, knee: float, above: float) -> dict:
+    """A knee at `knee` req/s whose runs above `above` req/s are overloaded but served at 3/4 of their rate:
+    an overloaded answer kept as `converged` (`PlanResult.burst`), not a status `burst`."""
+    rate = workload_rate(workload)
+    return {
+        "ttft_s_p99": rate / knee,
+        "completed": len(workload),
+        "rejected": 0,
+        "overloaded": rate > above,
+        "throughput_rps": 0.75 * rate,
+    }
+
+
+def test_an_overloaded_answer_ranks_below_a_steady_one():
+    """User audit 54 finding 16: 1 replica's overloaded pass at 8.543 req/s ranked above 2 replicas'
+    steady 5.863, the table saying one GPU sustains more than two (2 replicas serve 8.543 req/s with TTFT
+    p99 0.93 s, 1 replica overloaded). An answer whose own run was overloaded is a rate the configuration
+    does not sustain: it ranks below every answer from a run that was not, whatever its rate, and still
+    ties with it where its search reaches it (its sustained knee is not known to lie below), so nothing is
+    decided; a steady answer above the overloaded one is decided as before."""
+    from kvsim.cli.plan import _best_line
+
+    def compare(steady_knee: float) -> object:
+        candidates = [
+            Candidate("a", {}, functools.partial(_overloaded_above, knee=8.5, above=6.0)),
+            Candidate("b", {}, functools.partial(_knee_probe, knee=steady_knee)),
+        ]
+        return best_of(_workload(), kvsim.SimConfig(num_blocks=64), {"ttft_p99": 1.0}, candidates, workers=2)
+
+    out = compare(6.0)
+    a, b = out.plans["a"], out.plans["b"]
+    assert a.status == "converged"
+    assert a.burst
+    assert not b.burst
+    assert b.steady is not False
+    assert a.value > b.value
+    assert out.table["candidate"].to_list() == ["b", "a"]
+    assert out.best == "b"
+    assert out.tied == ["b", "a"]
+    assert out.bursts == ["a"]
+    assert out.decided is None
+    line = _best_line(out, 60)
+    assert line.startswith("best: none decided: the answer of a is a burst")
+    assert "it ranks below the answers from runs that were not overloaded, whatever their rate" in line
+    assert f"a ({a.value:.4g} req/s, converged, overloaded)" in line
+    above = compare(10.0)
+    assert above.table["candidate"].to_list() == ["b", "a"]
+    assert above.decided == "b"
+    assert _best_line(above, 60) == "best: b"
+
+
+def test_the_audits_replica_comparison_ranks_the_steady_fleet_first(capsys):
+    """The audit's command: 2 replicas' steady answer ranks above 1 replica's overloaded one; kvsim run at
+    1 replica's answer finds 1 replica overloaded and 2 replicas within the SLO, not overloaded."""
+    fleet = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--workload", "mooncake-conversation"]
+    fleet += ["--requests", "300", "--max-model-len", "16384"]
+    argv = ["plan", *fleet, "--workers", "2", "--slo", "ttft_p99:5s", "--compare", "replicas=1,2"]
+    assert main([*argv, "--json"]) == 0
+    compare = json.loads(capsys.readouterr().out)["compare"]
+    assert [c["candidate"] for c in compare["candidates"]] == ["replicas=2", "replicas=1"]
+    one = compare["plans"]["replicas=1"]
+    assert one["burst"] is True
+    assert one["value"] > compare["plans"]["replicas=2"]["value"]
+    assert compare["best"] is None
+    for replicas, overloaded in (("1", True), ("2", False)):
+        assert (
+            main(["run", *fleet, "--replicas", replicas, "--request-rate", repr(one["value"]), "--json"]) == 0
+        )
+        run = json.loads(capsys.readouterr().out)
+        assert any(n.startswith("overloaded:") for n in run["notes"]) is overloaded
+        if not overloaded:
+            assert run["summary"]["ttft_s_p99"] <= 5.0
+
+
 def test_json_best_is_null_when_the_text_says_tie(capsys):
     """The review's case: block sizes 16 and 32 both pass up to the cap; the text says a tie, and --json
     named block_size=16 'best'."""

@@ -29,8 +29,11 @@ class Candidate:
 class BestOf:
     """What `best_of` found: `table` (one row per candidate: `candidate`, `rate`, `status`, `monotone`,
     `probes`, `set_aside`: the requests its search set aside, rejected at every probe whatever the rate,
-    `PlanResult.unservable`, `burst`: `PlanResult.burst`, `steady`: `PlanResult.steady`), ranked (`RANKING`): fewest requests set aside first, then the highest rate
-    at SLO (none, passing at no rate probed, below any rate), the refused last; ties keep the order given. A
+    `PlanResult.unservable`, `burst`: `PlanResult.burst`, `steady`: `PlanResult.steady`), ranked (`RANKING`): fewest requests set aside first, then the
+    answers whose own run was not overloaded before those whose was (`burst`: a rate passed with the queue
+    growing through the run, which the configuration does not sustain, is not set against rates served
+    without a growing queue), then the highest rate at SLO (none, passing at no rate probed, below any
+    rate), the refused last; ties keep the order given. A
     candidate that sets aside more requests is judged on fewer of them (a shorter `max_model_len`, a model
     of a shorter context), so it ranks below one that serves more, whatever its rate. `best` (the first
     ranked, None if it passed at no rate probed: then `served_best` names the first ranked that passed,
@@ -73,8 +76,10 @@ class BestOf:
 
 RANKING = (
     "fewest requests set aside first (a candidate judged on fewer requests ranks below, whatever its rate), "
-    "then the highest rate at SLO (passing at no rate probed ranks below any rate); the refused last; "
-    "candidates whose searches cannot be ordered (one failed at no rate up to the other's answer) tie"
+    "then answers from runs that were not overloaded before those whose own run was (a rate passed with the "
+    "queue growing, which the configuration does not sustain), then the highest rate at SLO (passing at no "
+    "rate probed ranks below any rate); the refused last; candidates whose searches cannot be ordered (one "
+    "failed at no rate up to the other's answer) tie"
 )
 
 
@@ -164,8 +169,15 @@ def best_of(
             "steady": pl.Boolean,
         },
     )
-    # (`RANKING`; the refused, with no count, last)
-    table = table.sort(["set_aside", "rate"], descending=[False, True], nulls_last=True, maintain_order=True)
+    # (`RANKING`; the refused, with no count, last; an answer whose own run was overloaded, a rate the
+    # configuration does not sustain, below the rates served without a growing queue: user audit 54
+    # finding 16 had 1 replica's overloaded 8.543 req/s ranked above 2 replicas' steady 5.863)
+    table = table.sort(
+        [pl.col("set_aside"), pl.col("rate").is_null(), pl.col("burst").fill_null(False), pl.col("rate")],
+        descending=[False, False, False, True],
+        nulls_last=True,
+        maintain_order=True,
+    )
     best = table["candidate"][0] if table["rate"][0] is not None else None
     tied = []
     if best is not None:

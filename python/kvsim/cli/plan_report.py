@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 from kvsim.cli.flags import FlagError
-from kvsim.cli.plan_lines import rate_note
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.units import fmt_count
 
@@ -24,8 +23,10 @@ def _split(
     backend: str,
     slos: Any,
     opts: dict[str, Any],
+    rates: dict[str, str],
 ) -> int:
-    """`kvsim plan --split`: `best_split`, printed as one table of its searches and the two fleets."""
+    """`kvsim plan --split`: `best_split`, printed as one table of its searches and the two fleets;
+    `rates`: `rate_note`'s basis and line."""
     from kvsim.analysis.plan_pd import best_split
     from kvsim.analysis.plan_sampling import fmt_interval
 
@@ -40,7 +41,7 @@ def _split(
         out = {
             **_json_head(args, config, info, backend),
             **result.to_dict(),
-            "rate_basis": rate_note(workload, info),
+            "rate_basis": rates,
             "notes": notes,
         }
         print(json.dumps(out, default=str, ensure_ascii=False))
@@ -48,7 +49,7 @@ def _split(
     print(
         f"workload: {info['name']}, {fmt_count(info['requests'], 'request')}; every probe at {result.rate:.4g} req/s"
     )
-    print(rate_note(workload, info)["line"])
+    print(rates["line"])
     print(config.pool.line())
     print(config.time_line())
     # (each SLO's 95 % interval at the answer, as the rate search's table gives each probe's)
@@ -161,7 +162,9 @@ def _best_line(ranking: Any, total: int) -> str:
         line = (
             f"best: none decided: the answer{'s' * (len(bursts) > 1)} of {', '.join(bursts)} "
             f"{'are bursts' if len(bursts) > 1 else 'is a burst'}, not a steady state (passed with the queue "
-            "growing through the run, NOT A STEADY STATE above), which ranks nothing; more "
+            "growing through the run, NOT A STEADY STATE above), a rate the configuration does not "
+            "sustain: it ranks below the answers from runs that were not overloaded, whatever their rate, "
+            "and decides nothing; more "
             f"requests (--requests) make the runs outlast the SLOs; as ranked, {line[len('best: ') :]}"
         )
     short = [c for c in ranking.tied if c in ranking.unsteady and c not in ranking.bursts]
@@ -198,11 +201,13 @@ def _best_line(ranking: Any, total: int) -> str:
 
 def _tied_words(row: dict[str, Any], result: Any) -> str:
     """One tied candidate in the best line: its rate and status; for status `burst`, the rate is the highest
-    steady pass (or none) and the knee that passed only as a burst is named beside it."""
+    steady pass (or none) and the knee that passed only as a burst is named beside it; an answer whose own
+    run was overloaded (`PlanResult.burst`) says so."""
     rate = "no steady pass" if row["rate"] is None else f"{row['rate']:.4g} req/s"
     if row["status"] == "burst" and result.burst_rate is not None:
         return f"{row['candidate']} ({rate}, burst: its knee {result.burst_rate:.4g} req/s passed only as a burst)"
-    return f"{row['candidate']} ({rate}, {row['status']})"
+    overloaded = ", overloaded" if result.burst else ""
+    return f"{row['candidate']} ({rate}, {row['status']}{overloaded})"
 
 
 def _margin(ranking: Any, t: Any) -> str:
@@ -216,7 +221,7 @@ def _margin(ranking: Any, t: Any) -> str:
     second = rest.row(1, named=True)
     precision = ranking.plans[top["candidate"]].precision
     lead = top["rate"] / second["rate"] - 1
-    if lead >= precision:
+    if lead < 0 or lead >= precision:  # (a higher overloaded rate ranked below it ties: `_best_line`)
         return ""
     failed = ranking.plans[second["candidate"]].bracket[1]
     return (
