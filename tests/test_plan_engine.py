@@ -505,6 +505,9 @@ def test_a_disaggregated_fleet_is_searched_and_named_as_one(capsys):
     # under vLLM's asynchronous scheduling too (DESIGN.md §Engine, "P/D under the rule")
     assert main([*base, "--replicas", "2", "--async-scheduling"]) == 0
     assert "fleet: 1 prefill : 2 decode replicas, router round-robin" in capsys.readouterr().out
+    split = [*base[:-4], "--split", "--rate", "5", "--max-gpus", "3", "--pd-link-ps-per-block", "1000"]
+    assert main([*split, "--async-scheduling"]) == 0
+    assert "disaggregated: 1 prefill : 1 decode = 2 GPUs" in capsys.readouterr().out
     cfg = kvsim.SimConfig(num_blocks=400, prefill_replicas=1, pd_link_ps_per_block=1000)
     assert default_probe(cfg) is cluster_probe
 
