@@ -3,14 +3,15 @@ the rule"), cases worked by hand from vLLM's loop on both engines: each side's o
 transfer moves from a step's start to the schedule made there (the start of the step in flight), so a
 busy prefill replica frees a finished request's held blocks a step later and a busy decode replica runs a
 landed request a step later; a hand-off joins the decode replica as an arrival; an empty schedule or a
-stall observes as synchronous scheduling does. The random fleets are tests/test_pd.py's and
-tests/test_pd_hybrid.py's, which draw the knob."""
+stall observes as synchronous scheduling does; a prefill pool beside DP ranks stays refused. The random
+fleets are tests/test_pd.py's and tests/test_pd_hybrid.py's, which draw the knob."""
 
 from __future__ import annotations
 
 import pytest
 
 import kvsim
+from kvsim.errors import InvalidArgumentError
 from kvsim.workloads import Workload
 
 BACKENDS = ("reference", "rust")
@@ -88,3 +89,20 @@ def test_an_empty_schedule_or_a_stall_observes_as_synchronous_scheduling(backend
     sync = fleet(w, cfg, backend, pd_link_latency_s=latency_ms * 1e-3)
     assert res.requests.equals(sync.requests)
     assert res.prefill_counters == sync.prefill_counters
+
+
+@pytest.mark.parametrize("rule", [None, True])
+def test_a_disaggregated_fleet_of_data_parallel_ranks_stays_refused_with_or_without_the_rule(rule):
+    """The rule lifts no other refusal: a prefill pool beside DP ranks is refused by name either way
+    (DESIGN.md §Data-parallel groups)."""
+    with pytest.raises(
+        InvalidArgumentError, match="a disaggregated fleet of data-parallel ranks is not modelled"
+    ):
+        kvsim.SimConfig(
+            model="qwen3-30b-a3b",
+            gpu="h100-80gb",
+            data_parallel_size=2,
+            replicas=2,
+            prefill_replicas=1,
+            async_scheduling=rule,
+        )
