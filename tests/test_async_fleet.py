@@ -13,7 +13,6 @@ from hypothesis import given
 
 import kvsim
 from kvsim.engine.cluster import prepare, router_spec
-from kvsim.errors import InvalidArgumentError
 from kvsim.reference import cluster as reference
 from tests.fleet_strategies import fleet_of
 from tests.test_async_scheduling import async_configs
@@ -128,28 +127,26 @@ def test_a_rank_that_ran_a_dummy_batch_has_no_step_in_flight(backend):
     assert list(cols["finish"]) == [5 * MS, 4 * MS, 5 * MS]
 
 
-def test_a_fleet_takes_the_knob_and_a_disaggregated_fleet_is_refused():
+def test_a_fleet_and_a_disaggregated_fleet_take_the_knob():
     cfg = kvsim.SimConfig(num_blocks=100, async_scheduling=True, replicas=3)
     assert cfg.replicas == 3
-    with pytest.raises(InvalidArgumentError) as err:
-        kvsim.SimConfig(num_blocks=100, async_scheduling=True, replicas=2, prefill_replicas=1)
-    assert str(err.value) == (
-        "async_scheduling True is not modelled for a disaggregated fleet (a prefill replica holds a finished "
-        "request's blocks until its transfer ends, outside the rule's frees a step later): prefill_replicas 1; "
-        "leave async_scheduling unset (kvsim then sizes for vLLM's asynchronous default and schedules "
-        "synchronously, as its note says) or set it off (--no-async-scheduling: vLLM's synchronous deployment)"
-    )
+    pd = kvsim.SimConfig(num_blocks=100, async_scheduling=True, replicas=2, prefill_replicas=1)
+    assert (pd.prefill_replicas, pd.async_scheduling) == (1, True)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_the_cluster_drivers_refuse_a_disaggregated_fleet_alike(backend):
+def test_the_cluster_drivers_run_a_disaggregated_fleet_under_the_rule_alike():
+    """Both drivers take the rule with a prefill pool (DESIGN.md §Engine, "P/D under the rule"; worked
+    cases in tests/test_pd_async.py, random fleets in tests/test_pd.py) and agree; the rule moves the
+    decode side's first tokens here (the decode replica is busy when the hand-offs come)."""
     from kvsim.engine import rust_engine
 
     cfg = kvsim.SimConfig(num_blocks=100, block_size=16, async_scheduling=True)
-    inp = prepare(rows([0], [10], [2]), cfg)
+    inp = prepare(rows([0, 0, 0.5, 1.5], [40, 10, 40, 40], [6, 2, 4, 3]), cfg)
     pd = reference.PdSpec(prefill_replicas=1)
-    go = reference.run_cluster if backend == "reference" else rust_engine.run_cluster
-    with pytest.raises(
-        InvalidArgumentError, match="async_scheduling True is not modelled for a disaggregated"
-    ):
-        go(inp, [cfg], router_spec(cfg), pd=pd)
+    ref = reference.run_cluster(inp, [cfg], router_spec(cfg), pd=pd)
+    rust = rust_engine.run_cluster(inp, [cfg], router_spec(cfg), pd=pd)
+    for name in ("first_scheduled", "first_token", "finish", "generated", "status"):
+        assert ref.columns[name].tolist() == rust["columns"][name].tolist(), name
+    assert ref.counters == rust["counters"]
+    sync = reference.run_cluster(inp, [cfg.replace(async_scheduling=False)], router_spec(cfg), pd=pd)
+    assert ref.columns["first_token"].tolist() != sync.columns["first_token"].tolist()

@@ -16,7 +16,6 @@ from hypothesis import given
 
 import kvsim
 from kvsim.engine.cluster import router_spec
-from kvsim.errors import InvalidArgumentError
 from kvsim.model.layers import Layer, MambaState
 from kvsim.model.segments import output_id
 from kvsim.workloads import Workload
@@ -165,7 +164,8 @@ def test_a_finisher_s_window_and_a_schedule_made_again_after_an_empty_batch(back
 
 def test_mamba_groups_with_prefix_caching_take_the_rule():
     """vLLM's align mode (prefix caching on a Mamba hybrid) takes the rule, with a CPU tier beside its groups
-    too (tests/test_offload_hybrid_async_golden.py); a prefill pool stays refused, by name."""
+    too (tests/test_offload_hybrid_async_golden.py), and behind a prefill pool (DESIGN.md §Engine, "P/D under
+    the rule"), both engines alike."""
     state = MambaState(conv_channels=64, conv_width=3, ssm_heads=4, ssm_per_head=208)
     model = toy([Layer("mamba", state=state), Layer("full")], "ssm")
     cfg = kvsim.SimConfig(model=model, num_blocks=200, block_size=16, enable_prefix_caching=True)
@@ -176,8 +176,11 @@ def test_mamba_groups_with_prefix_caching_take_the_rule():
     tiered = on.replace(kv_offloading_chunks=4)
     res = assert_same(w, tiered)
     assert res.summary["stores"] > 0
-    with pytest.raises(InvalidArgumentError, match="not modelled for a disaggregated fleet"):
-        on.replace(replicas=2, prefill_replicas=1)
+    pd = {"replicas": 2, "prefill_replicas": 1, "pd_link_ps_per_block": 10**6}
+    fleets = [kvsim.simulate_cluster(w, on, backend=b, **pd) for b in ("reference", "rust")]
+    assert fleets[0].requests.equals(fleets[1].requests, null_equal=True)
+    assert fleets[0].prefill_counters == fleets[1].prefill_counters
+    assert fleets[0].summary["pd_transfers"] == 3
 
 
 WIDE = toy([Layer("sliding_window", 4096), Layer("full")], "wide-window")

@@ -173,7 +173,6 @@ def test_the_knob_is_off_by_default_and_refused_where_not_modelled():
         ({"preemption": "swap", "cpu_blocks": 4}, "preemption 'swap'"),
         ({"sampling": "fork-cow"}, "sampling 'fork-cow'"),
         ({"append_check": "one-free-block"}, "append_check 'one-free-block'"),
-        ({"replicas": 2, "prefill_replicas": 1}, "disaggregated fleet (a prefill replica holds"),
     ):
         with pytest.raises(InvalidArgumentError, match="async_scheduling") as err:
             kvsim.SimConfig(num_blocks=100, async_scheduling=True, **knobs)
@@ -188,6 +187,9 @@ def test_the_knob_is_off_by_default_and_refused_where_not_modelled():
         model=ssm, num_blocks=200, block_size=16, async_scheduling=True, kv_offloading_chunks=4
     )
     assert tiered.async_scheduling
+    # (a disaggregated fleet takes it: tests/test_pd_async.py)
+    pd = kvsim.SimConfig(num_blocks=100, async_scheduling=True, replicas=2, prefill_replicas=1)
+    assert pd.async_scheduling
 
 
 @given(workloads(max_requests=30), async_configs(), st.integers(1, 31))

@@ -164,7 +164,7 @@ def test_a_default_run_says_its_scheduling_is_synchronous_where_vllms_is_not(cap
     assert "--async-scheduling runs vLLM's rule" in note
     assert said([*base, "--async-scheduling"]) == said([*base, "--no-async-scheduling"]) == []
     # A CPU tier takes the rule on one full-attention group and beside a hybrid model's KV-cache groups
-    # (DESIGN.md §Engine, "Asynchronous scheduling", *With a CPU tier*); a prefill pool does not.
+    # (DESIGN.md §Engine, "Asynchronous scheduling", *With a CPU tier*).
     (tier,) = said([*base, "--kv-offloading-size", "8"])
     assert "--async-scheduling runs vLLM's rule" in tier
     assert said([*base, "--kv-offloading-size", "8", "--async-scheduling"]) == []
@@ -174,25 +174,13 @@ def test_a_default_run_says_its_scheduling_is_synchronous_where_vllms_is_not(cap
     assert said([*hybrid, "--kv-offloading-size", "8", "--async-scheduling"]) == []
     kvsim.SimConfig(model="gemma-3-27b", gpu="h100-80gb", kv_offloading_size=8, async_scheduling=True)
     kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=8, async_scheduling=True)
+    # a disaggregated fleet takes it too (DESIGN.md §Engine, "P/D under the rule")
     pd = [*base, "--replicas", "2", "--prefill-replicas", "1"]
     (fleet,) = said(pd)
-    assert fleet.endswith(
-        "kvsim does not model that rule for this run (async_scheduling True is not modelled for a disaggregated "
-        "fleet (a prefill replica holds a finished request's blocks until its transfer ends, outside the rule's "
-        "frees a step later): prefill_replicas 1)"
-    )
-    with pytest.raises(kvsim.InvalidArgumentError, match="disaggregated fleet"):  # (what the note quotes)
-        kvsim.SimConfig(
-            model="llama-3.1-8b", gpu="h100-80gb", replicas=2, prefill_replicas=1, async_scheduling=True
-        )
-    # the refusal itself ends with the way forward (user52 #11), which the note, where it already is, leaves out
-    err = _error(capsys, [*pd, "--async-scheduling"])
-    assert err.startswith(
-        "kvsim run: error: argument --async-scheduling: async_scheduling True is not modelled"
-    )
-    assert err.endswith(
-        "; leave async_scheduling unset (kvsim then sizes for vLLM's asynchronous default and schedules "
-        "synchronously, as its note says) or set it off (--no-async-scheduling: vLLM's synchronous deployment)"
+    assert "--async-scheduling runs vLLM's rule" in fleet
+    assert said([*pd, "--async-scheduling"]) == []
+    kvsim.SimConfig(
+        model="llama-3.1-8b", gpu="h100-80gb", replicas=2, prefill_replicas=1, async_scheduling=True
     )
     assert said([*base, "--policy", "orca-max", "--max-model-len", "8192"]) == []
 

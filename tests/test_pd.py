@@ -72,6 +72,7 @@ def pd_configs(draw) -> kvsim.SimConfig:
         c0_ps=draw(st.integers(1, 10**9)) if linear else None,
         c_tok_ps=draw(st.integers(0, 10**6)) if linear else None,
         c_ctx_ps=draw(st.integers(0, 10**4)) if linear else None,
+        async_scheduling=draw(st.sampled_from([None, True])),
     )
 
 
@@ -119,7 +120,9 @@ def assert_fleets_equal(rust, ref) -> None:
 def test_both_engines_agree_on_disaggregated_fleets(w, cfg, args, prefill, policy):
     if prefill is not None:  # another prefill pool: memory, block size, batch limits, time, policy
         try:
-            args["prefill_config"] = prefill.replace(max_model_len=cfg.max_model_len, policy=policy)
+            # (`async_scheduling` takes vLLM v1's rules: a prefill pool of another policy runs synchronously)
+            sync = {} if policy == "vllm" else {"async_scheduling": None}
+            args["prefill_config"] = prefill.replace(max_model_len=cfg.max_model_len, policy=policy, **sync)
         except InvalidArgumentError:
             assume(False)
     rust = outcome(lambda: kvsim.simulate_cluster(w, cfg, backend="rust", **args))

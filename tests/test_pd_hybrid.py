@@ -58,6 +58,7 @@ def pd_hybrid_configs(draw) -> kvsim.SimConfig:
         c0_ps=draw(st.integers(1, 10**9)) if linear else None,
         c_tok_ps=draw(st.integers(0, 10**6)) if linear else None,
         c_ctx_ps=draw(st.integers(0, 10**4)) if linear else None,
+        async_scheduling=draw(st.sampled_from([None, True])),
     )
     retention = draw(st.sampled_from([0, 0, None, cfg.pool.layout.scheduler_block_size * 2]))
     return cfg.replace(prefix_cache_retention_interval=retention)

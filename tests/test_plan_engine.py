@@ -495,13 +495,19 @@ def test_a_pool_that_rejects_requests_does_not_pass():
 def test_a_disaggregated_fleet_is_searched_and_named_as_one(capsys):
     """`--prefill-replicas 1` with one decode replica is a fleet of two (its search ran `kvsim.simulate`,
     which refused it); the header names the prefill replicas (it said '2 replicas' for 1 prefill : 2
-    decode)."""
+    decode); with `--async-scheduling` as well."""
     base = ["plan", "--num-gpu-blocks-override", "400", "--requests", "30", "--workers", "1", "--max-probes",
             "3", "--slo", "ttft_p99:1s", "--prefill-replicas", "1", "--pd-link-ps-per-block", "1000"]  # fmt: skip
     for replicas in (1, 2):
         assert main([*base, "--replicas", str(replicas)]) == 0
         out = capsys.readouterr().out
         assert f"fleet: 1 prefill : {replicas} decode replicas, router round-robin" in out
+    # under vLLM's asynchronous scheduling too (DESIGN.md §Engine, "P/D under the rule")
+    assert main([*base, "--replicas", "2", "--async-scheduling"]) == 0
+    assert "fleet: 1 prefill : 2 decode replicas, router round-robin" in capsys.readouterr().out
+    split = [*base[:-4], "--split", "--rate", "5", "--max-gpus", "3", "--pd-link-ps-per-block", "1000"]
+    assert main([*split, "--async-scheduling"]) == 0
+    assert "disaggregated: 1 prefill : 1 decode = 2 GPUs" in capsys.readouterr().out
     cfg = kvsim.SimConfig(num_blocks=400, prefill_replicas=1, pd_link_ps_per_block=1000)
     assert default_probe(cfg) is cluster_probe
 

@@ -92,12 +92,11 @@ def test_the_default_replays_a_0_19_run_with_the_rule_and_the_sync_flag_without(
 
 
 def test_a_run_the_rule_is_not_modelled_for_says_so_and_replays_synchronously(monkeypatch):
-    """A vLLM 0.19.0 run whose configuration `SimConfig` refuses the rule for (a prefill pool) is replayed
-    from `queued_ts` without it, and its sentence says why; none of the three runs is such (each is
-    replayed with the rule). No run's configuration brings one today (`validate_runs.config` reads none),
-    so the refusal is `SimConfig`'s own, raised through a config that asks for a prefill pool; a Mamba
-    model with prefix caching (vLLM's align mode), refused until 2026-12-07, takes the rule, and so does a
-    CPU tier beside its KV-cache groups, refused until later that day."""
+    """A vLLM 0.19.0 run whose configuration `SimConfig` refuses the rule for is replayed from `queued_ts`
+    without it, and its sentence says why; none of the three runs is such (each is replayed with the rule).
+    No configuration refuses the rule today (a prefill pool did until 2026-12-07), so the refusal is a
+    stand-in's; a Mamba model with prefix caching (vLLM's align mode), refused until 2026-12-07, takes the
+    rule, and so do a CPU tier beside its KV-cache groups and a prefill pool, refused until later that day."""
     n = 8
     t = np.arange(n, dtype=float)
     run = v.Run(
@@ -130,11 +129,19 @@ def test_a_run_the_rule_is_not_modelled_for_says_so_and_replays_synchronously(mo
         return real(run, time_model, async_scheduling).replace(replicas=2, prefill_replicas=1)
 
     monkeypatch.setattr(vr, "config", with_a_prefill_pool)
+    assert v.async_replay(run)[1]  # (a prefill pool takes the rule: DESIGN.md §Engine, "P/D under the rule")
+
+    def refusing(run: v.Run, time_model: str, async_scheduling: bool = False):
+        if async_scheduling:  # (no configuration refuses the rule today: a stand-in for such a refusal)
+            raise v.InvalidArgumentError("async_scheduling True is not modelled for this stand-in")
+        return real(run, time_model)
+
+    monkeypatch.setattr(vr, "config", refusing)
     replayed, rule, note = v.async_replay(run)
     assert replayed is run
     assert not rule
     assert "kvsim does not model the rule for this run" in note
-    assert "not modelled for a disaggregated fleet" in note
+    assert "not modelled for this stand-in" in note
     monkeypatch.undo()
     # (an error of the run's own config, the rule aside, is not taken for the rule's refusal)
     import dataclasses

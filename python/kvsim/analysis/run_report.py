@@ -296,13 +296,10 @@ def imex_note(cfg: Any) -> str | None:
 
 def async_note(cfg: Any) -> str | None:
     """What a run whose `async_scheduling` is unset (vLLM's default deployment, kvsim's engine synchronous:
-    DESIGN.md §Departures) says of its scheduling: that vLLM's default is asynchronous, and whether
-    `--async-scheduling` runs that rule for this configuration or why kvsim cannot (the refusal
-    `SimConfig(async_scheduling=True)` gives); None where the knob is set, or for rules vLLM v1 never
-    scheduled asynchronously (another policy, swapping, fork-cow sampling, v0's append check)."""
-    from kvsim.errors import InvalidArgumentError
-    from kvsim.model.config_checks import ASYNC_WAY
-
+    DESIGN.md §Departures) says of its scheduling: that vLLM's default is asynchronous and that
+    `--async-scheduling` runs that rule (every configuration of vLLM v1's rules takes it, a disaggregated fleet
+    included); None where the knob is set, or for rules vLLM v1 never scheduled asynchronously (another
+    policy, swapping, fork-cow sampling, v0's append check)."""
     v1 = (cfg.policy, cfg.preemption, cfg.sampling, cfg.append_check) == (
         "vllm",
         "recompute",
@@ -311,12 +308,6 @@ def async_note(cfg: Any) -> str | None:
     )
     if cfg.async_scheduling is not None or not v1:
         return None
-    try:
-        cfg.replace(async_scheduling=True)
-    except InvalidArgumentError as exc:
-        # (the refusal's way forward, "leave async_scheduling unset ...", is where this note stands already)
-        why = str(exc).removesuffix(ASYNC_WAY)
-        return f"scheduling is synchronous here, while {ASYNC_RULE}; kvsim does not model that rule for this run ({why})"
     return (
         f"scheduling is synchronous here, while {ASYNC_RULE}: --async-scheduling runs vLLM's rule (DESIGN.md "
         '§Engine, "Asynchronous scheduling"); --no-async-scheduling is vLLM\'s synchronous deployment'

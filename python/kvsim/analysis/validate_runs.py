@@ -330,7 +330,7 @@ def async_replay(run: Run) -> tuple[Run, bool, str]:
     the rule from the front end's arrivals (`front_end_arrivals`), the clock the rule's admission a step later
     is defined against: `queued_ts` is stamped at a step boundary, so from it the rule would add a step the
     request already waited. Where its rows lack `arrival_time`, or its configuration is one kvsim does not
-    model the rule for (`SimConfig` refuses it: a prefill pool), it is replayed
+    model the rule for (`SimConfig` refuses it), it is replayed
     from `queued_ts` without the rule, and the sentence says so; a run of another release is replayed as with
     `--sync-scheduling`."""
     if not schedules_async(run):

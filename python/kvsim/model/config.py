@@ -27,7 +27,6 @@ from kvsim.errors import InvalidArgumentError, KvsimError
 from kvsim.model.config_checks import (
     DP_DISAGGREGATED,
     HYBRID_ONLY,
-    PD_ASYNC,
     PD_TIER,
     ConfigChecks,
     check_whole_dp_groups,
@@ -702,7 +701,6 @@ __all__ = [
     "MAX_TIME_PS",
     "MAX_TOKENS",
     "PAPER_SETUP",
-    "PD_ASYNC",
     "PD_TIER",
     "PLACEMENTS",
     "POLICIES",

@@ -63,18 +63,6 @@ DP_DISAGGREGATED = (
     "together, DESIGN.md §Data-parallel groups)"
 )
 
-PD_ASYNC = (
-    "is not modelled for a disaggregated fleet (a prefill replica holds a finished request's blocks until "
-    "its transfer ends, outside the rule's frees a step later)"
-)
-
-# The way forward the refusal of `async_scheduling` True with a prefill pool ends with (user52): vLLM 0.34.0
-# runs it asynchronously by default, which kvsim does not model (`run_report` drops it from its note).
-ASYNC_WAY = (
-    "; leave async_scheduling unset (kvsim then sizes for vLLM's asynchronous default and schedules "
-    "synchronously, as its note says) or set it off (--no-async-scheduling: vLLM's synchronous deployment)"
-)
-
 PD_TIER = (
     "kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill pool (the connector "
     "and the tier would share the held queue)"
@@ -249,7 +237,7 @@ class ConfigChecks:
 
     def _check_async(self) -> None:
         """Refuses `async_scheduling` where kvsim does not model it (DESIGN.md §Engine, "Asynchronous
-        scheduling"): vLLM v0's rules (which it never had), a prefill pool."""
+        scheduling"): vLLM v0's rules (which it never had)."""
         if not self.async_scheduling:
             return
         what = "async_scheduling True"
@@ -264,7 +252,3 @@ class ConfigChecks:
                 raise InvalidArgumentError(
                     f"{what} takes vLLM v1's rules: {knob} {value!r} does not apply (only {v1!r})"
                 )
-        if self.prefill_replicas:
-            raise InvalidArgumentError(
-                f"{what} {PD_ASYNC}: prefill_replicas {self.prefill_replicas}{ASYNC_WAY}"
-            )

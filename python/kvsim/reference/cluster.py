@@ -20,7 +20,7 @@ import numpy as np
 
 from kvsim.engine.engine_input import EngineInput
 from kvsim.errors import InternalError, InvalidArgumentError
-from kvsim.model.config import PD_ASYNC, ROUTER_TIE_BREAKS, SimConfig
+from kvsim.model.config import ROUTER_TIE_BREAKS, SimConfig
 from kvsim.reference.block_pool import check_pool_memory
 from kvsim.reference.dp import Groups
 from kvsim.reference.engine import COLUMN_DTYPE, COLUMN_FILL, EVENT_COLUMNS, FINISHED, Replica
@@ -361,10 +361,6 @@ def run_cluster(
     if pd is not None and g > 1:
         raise InvalidArgumentError(
             f"dp_group {g}: a disaggregated fleet (prefill_replicas > 0) with data-parallel groups is not modelled"
-        )
-    if pd is not None and any(cfg.async_scheduling for cfg in [*configs, pd.prefill_config or configs[0]]):
-        raise InvalidArgumentError(
-            f"async_scheduling True {PD_ASYNC}: prefill_replicas {pd.prefill_replicas}"
         )
     if len(configs) % g:
         raise InvalidArgumentError(

@@ -308,9 +308,12 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
 
     def free_sent(self) -> None:
         """An observation point at `t`: every held request whose transfer ended at or before `t` frees its
-        blocks, in order of end, then row."""
+        blocks, in order of end, then row. Under `async_scheduling`, while a step is in flight, those ended
+        by its start (the join limit: vLLM applies `finished_sending` from that step's output, after the
+        schedule made at its start)."""
         ends = self.send_ends
-        while ends and ends[0][0] <= self.t:
+        limit = self.async_prev if self.async_prev >= 0 else self.t
+        while ends and ends[0][0] <= limit:
             _, row = heapq.heappop(ends)
             self.release(self.sending.pop(row))
 

@@ -696,6 +696,8 @@ class Offload(HybridTier, TierObserve, TierAsync, State):
         """A request finished (its blocks are about to be freed): the stores it has in flight fence the
         blocks they read, and its table is kept for the stores it will offer next step."""
         if self.tier is None:
+            if self.hybrid:  # a hybrid decode replica's connector (DESIGN.md §Prefill/decode disaggregation)
+                self.hybrid_connector_finished(s)
             return
         if self.hybrid:
             self.h_finished(s)

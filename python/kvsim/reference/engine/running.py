@@ -72,7 +72,7 @@ class Running(State):
             # `while ... else`: the else branch runs when the allocation succeeds (possibly after
             # preempting others); `break` leaves when s itself was the victim.
             while not self.try_grow(s, num_new):
-                if self.tier_flight and self.victim_in_flight():
+                if (self.tier_flight or self.prefill_side) and self.victim_in_flight():
                     return budget, preempted  # defer_block_free: nothing preempted for it (offload_async)
                 preempted = True
                 if self.preempt_tail(s):
@@ -135,6 +135,11 @@ class Running(State):
             self.async_prev = -1
             return True
         self.async_prev = self.t if scheduled else -1
+        if self.prefill_side:
+            # A prefill replica's connector defers its frees behind the step in flight (`victim_in_flight`).
+            step = self.c["num_steps"]  # (the index this step is committed under)
+            for s, _ in scheduled:
+                s.sched_step = step
         if self.hybrid:
             step = self.c["num_steps"]  # (the index this step is committed under)
             for s, n in scheduled:
@@ -219,16 +224,18 @@ class Running(State):
             self.itl_runs.append((s.idx, s.run_first, step, s.run_gap))
             self.log("finish", s)
             if tier:
-                self.tier_finished(s)
-            if self.hybrid and (self.hold_sends or (tier and self.tier is None)):
-                self.hybrid_connector_finished(s)
+                self.tier_finished(s)  # (a hybrid decode replica's: `hybrid_connector_finished` there)
             if self.prefill_side:
                 self.done_rows.append(s.idx)
-            if self.hold_sends:
-                self.sending[s.idx] = s  # freed when its transfer ends (`free_sent`)
-            elif self.cfg.async_scheduling:
-                s.done = True  # keeps its seat and blocks through the next schedule (`release_retiring`)
+            if self.cfg.async_scheduling:
+                # Keeps its seat and blocks through the next schedule (`release_retiring`; a prefill
+                # replica's are then held for its transfer).
+                s.done = True
                 self.retiring.append(s)
+            elif self.hold_sends:
+                if self.hybrid:
+                    self.hybrid_connector_finished(s)
+                self.sending[s.idx] = s  # freed when its transfer ends (`free_sent`)
             else:
                 self.release(s)
             if not s.done:
@@ -248,9 +255,17 @@ class Running(State):
         if self.flight_sampled:
             self.settle_keys()
         for s in self.retiring:
-            if not s.freed:
+            if s.freed:
+                continue
+            self.running.remove(s)
+            if self.hold_sends:
+                # A prefill replica (vLLM's `_connector_finished`, then the delayed free): its windows free
+                # what they left behind, the rest is held until its transfer ends (`free_sent`).
+                if self.hybrid:
+                    self.hybrid_connector_finished(s)
+                self.sending[s.idx] = s
+            else:
                 self.release(s)
-                self.running.remove(s)
         self.retiring.clear()
 
     def note_token(self, s: Seq, step: int) -> None:

@@ -77,12 +77,6 @@ fn check(
             spec.dp_group
         );
     }
-    if cfgs.iter().chain([prefill_cfg]).any(|c| c.async_scheduling) {
-        invalid_arg!(
-            "async_scheduling True is not modelled for a disaggregated fleet (a prefill replica holds a finished request's blocks until its transfer ends, outside the rule's frees a step later): prefill_replicas {}",
-            pd.prefill_replicas
-        );
-    }
     let mut all = cfgs.to_vec();
     all.extend(std::iter::repeat_n(
         prefill_cfg.clone(),

@@ -218,7 +218,10 @@ impl Engine<'_> {
                     i += 1;
                     continue 'running;
                 }
-                if self.async_prev >= 0 && self.tier.is_some() && self.victim_in_flight() {
+                if self.async_prev >= 0
+                    && (self.tier.is_some() || self.sends.is_some())
+                    && self.victim_in_flight()
+                {
                     break 'running; // defer_block_free: nothing preempted for it (offload/async_tier.rs)
                 }
                 preempted = true;
@@ -311,18 +314,23 @@ impl Engine<'_> {
                 if !self.cfg.async_scheduling {
                     self.tier_finished(k); // (asynchronous: at its output, `tier_output`)
                 }
-            } else if self.cfg.groups.is_some() && self.sends.as_ref().is_some_and(|s| s.hold) {
-                // A hybrid prefill replica (DESIGN.md §Prefill/decode disaggregation).
+            } else if self.cfg.groups.is_some()
+                && !self.cfg.async_scheduling
+                && self.sends.as_ref().is_some_and(|s| s.hold)
+            {
+                // A hybrid prefill replica (DESIGN.md §Prefill/decode disaggregation; asynchronous: at
+                // its output, `release_async_done`).
                 self.hybrid_connector_finished(k);
             }
             if let Some(sends) = self.sends.as_deref_mut() {
                 sends.done.push(row);
             }
-            if self.sends.as_ref().is_some_and(|s| s.hold) {
+            if self.sends.as_ref().is_some_and(|s| s.hold) && !self.cfg.async_scheduling {
                 let sends = self.sends.as_deref_mut().expect("a prefill replica");
                 sends.sending.insert(row, k); // freed when its transfer ends (`free_sent`)
             } else if self.cfg.async_scheduling {
-                // Keeps its seat and blocks through the next schedule (`release_async_done`).
+                // Keeps its seat and blocks through the next schedule (`release_async_done`; a prefill
+                // replica's are then held for its transfer).
                 self.slab[k].done = true;
                 self.async_done.push(k);
             } else {
@@ -384,15 +392,27 @@ impl Engine<'_> {
             return;
         }
         let done = std::mem::take(&mut self.async_done);
+        let hold = self.sends.as_ref().is_some_and(|s| s.hold);
         for &k in &done {
             if !self.slab[k].freed {
-                self.release(k);
                 let at = self
                     .running
                     .iter()
                     .position(|&j| j == k)
                     .expect("a finisher in flight is running");
                 self.running.remove(at);
+                if hold {
+                    // A prefill replica (vLLM's `_connector_finished`, then the delayed free): its windows
+                    // free what they left behind, the rest is held until its transfer ends (`free_sent`).
+                    if self.cfg.groups.is_some() {
+                        self.hybrid_connector_finished(k);
+                    }
+                    let row = self.slab[k].row;
+                    let sends = self.sends.as_deref_mut().expect("a prefill replica");
+                    sends.sending.insert(row, k);
+                    continue;
+                }
+                self.release(k);
             }
             // (its slot is taken again only by a later join: this step's `finish_step` still reads `done`)
             self.remove(k);
@@ -425,6 +445,13 @@ impl Engine<'_> {
         } else {
             self.t
         };
+        if self.sends.is_some() {
+            // A prefill replica's connector defers its frees behind the step in flight (`victim_in_flight`).
+            let step = self.step; // (the index this step is committed under)
+            for &(k, _) in &self.scheduled {
+                self.slab[k].sched_step = step;
+            }
+        }
         if self.cfg.groups.is_some() {
             let step = self.out.counters.num_steps; // (the index this step is committed under)
             for &(k, n) in &self.scheduled {

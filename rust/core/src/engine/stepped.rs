@@ -208,9 +208,11 @@ impl<'a> Engine<'a> {
     pub fn send_ended(&mut self, row: usize, end: i64) {
         let sends = self.sends.as_deref_mut().expect("a prefill replica");
         if sends.hold {
-            // (A replica that does not hold them, contiguous, freed them at the finish.)
+            // (A replica that does not hold them, contiguous, freed them at the finish. Under
+            // `async_scheduling` a finisher holds them from its output, after the next schedule, which the
+            // decode side may decide before: `free_sent` reaches the end only after it.)
             debug_assert!(
-                sends.sending.contains_key(&row),
+                self.cfg.async_scheduling || sends.sending.contains_key(&row),
                 "row {row} holds its blocks"
             );
             sends.ends.push(std::cmp::Reverse((end, row)));
@@ -218,10 +220,12 @@ impl<'a> Engine<'a> {
     }
 
     /// An observation point at `t`: every held request whose transfer ended at or before `t` frees its
-    /// blocks, in order of end, then row.
+    /// blocks, in order of end, then row. Under `async_scheduling`, while a step is in flight, those ended
+    /// by its start (`join_limit`: vLLM applies `finished_sending` from that step's output, after the
+    /// schedule made at its start).
     #[inline(never)]
     pub(super) fn free_sent(&mut self) {
-        let t = self.t;
+        let t = self.join_limit();
         loop {
             let sends = self.sends.as_deref_mut().expect("a prefill replica");
             if !sends.due(t) {
@@ -260,7 +264,11 @@ impl<'a> Engine<'a> {
     /// A prefill replica's observation point at `t`, the start of a step: frees what is due.
     #[inline]
     pub(super) fn observe_sends(&mut self) {
-        if self.sends.as_ref().is_some_and(|s| s.due(self.t)) {
+        if self
+            .sends
+            .as_ref()
+            .is_some_and(|s| s.due(self.join_limit()))
+        {
             self.free_sent();
         }
     }

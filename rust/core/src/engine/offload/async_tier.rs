@@ -41,7 +41,9 @@ impl Engine<'_> {
     pub(in crate::engine) fn victim_in_flight(&mut self) -> bool {
         let tail = *self.running.last().expect("a running tail");
         let deferred = self.slab[tail].sched_step + 1 == self.step;
-        self.tier_mut().batches.victim_deferred |= deferred;
+        if let Some(tier) = self.tier.as_deref_mut() {
+            tier.batches.victim_deferred |= deferred; // (a prefill replica has no batch queue to tell)
+        }
         deferred
     }
 
