@@ -577,22 +577,34 @@ def render_table(
                 row = [serving.get(f"{c}_{m}_ms") for c in cols]
                 lines.append(f"  {m.upper():<8}" + "".join(f"{_num(v):>12}" for v in row))
             if "queueing_s_mean" in summary:
-                lines += _queueing_row(summary, cols)
+                lines += _queueing_row(summary, cols, bool(replicas[1]))
     return "\n".join(lines)
 
 
-def _queueing_row(summary: dict[str, Any], cols: Sequence[str]) -> list[str]:
+def _queueing_row(summary: dict[str, Any], cols: Sequence[str], pd: bool = False) -> list[str]:
     """The latency table's QUEUEING row, first scheduled − arrival in ms, from the summary's `queueing_s_*`
     (the figure `kvsim plan`'s `queueing_*` SLOs bound, which `vllm bench serve` does not report): its mean,
-    median and the p50, p90 and p99 the summary keeps ("-" for another column), and a line saying so."""
+    median and the p50, p90 and p99 the summary keeps ("-" for another column), and a line saying so. In a
+    disaggregated fleet (`pd`) the same figure runs to the first step on the decode replica, the prefill
+    replica's queue and prefill and the transfer in it: the row is PRE-DECODE there (audit54 #18: it read
+    QUEUEING above a split table whose prefill queueing was 0 at the median)."""
     keys = {"mean": "queueing_s_mean", "median": "queueing_s_p50", "p50": "queueing_s_p50"}
     keys |= {"p90": "queueing_s_p90", "p99": "queueing_s_p99"}
     row = [summary.get(keys[c]) if c in keys else None for c in cols]
     cells = "".join(f"{_num(None if v is None else 1000 * v):>12}" for v in row)
+    keeps = "the summary keeps its mean, p50, p90 and p99: --json's summary queueing_s_*"
+    if not pd:
+        return [
+            f"  {'QUEUEING':<8}{cells}",
+            f"  (QUEUEING: first scheduled - arrival, what kvsim plan's queueing_* SLOs bound; {keeps})",
+        ]
+    label = "PRE-DECODE"
+    # (the label runs 2 characters into the first cell's padding, its number still right-aligned)
     return [
-        f"  {'QUEUEING':<8}{cells}",
-        "  (QUEUEING: first scheduled - arrival, what kvsim plan's queueing_* SLOs bound; the summary keeps "
-        "its mean, p50, p90 and p99: --json's summary queueing_s_*)",
+        f"  {label}{cells[len(label) - 8 :]}",
+        "  (PRE-DECODE, a disaggregated fleet: first scheduled on the decode replica - arrival, so the prefill "
+        "queueing, the prefill and the transfer+wait of the split below and the decode replica's own "
+        f"queue: what kvsim plan's queueing_* SLOs bound on such a fleet; {keeps})",
     ]
 
 
