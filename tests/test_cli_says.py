@@ -58,6 +58,16 @@ def test_run_help_leads_with_examples_that_parse(capsys):
         assert args.command == "run"
 
 
+def test_run_help_fleet_example_serves_its_trace(capsys):
+    """The help's fleet example runs every request it is given (audit54 #11: on llama-3-8b, whose 8,192
+    tokens are too few for most Mooncake conversation prompts, it rejected 4,568 of 10,000); 300 of them."""
+    (line,) = [line for what, line in RUN_EXAMPLES if "--replicas" in line]
+    assert main([*shlex.split(line)[1:], "--requests", "300"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["summary"]["rejected"] == 0
+    assert out["summary"]["completed"] == 300
+
+
 def test_run_help_groups_every_flag(capsys):
     """vLLM's engine flags, vLLM v0's, kvsim's own, the fleet's and output each under their own title (the
     help was one 250-line list); every flag is still there, an underscore twin parses without a line."""

@@ -459,6 +459,60 @@ def test_the_cli_runs_a_dp_group_and_refuses_a_partial_one(capsys):
     assert "replicas 3 with data_parallel_size 2" in err[0]
 
 
+@pytest.mark.parametrize(
+    ("model", "given", "blamed", "ways"),
+    [
+        (
+            ["qwen3-30b-a3b", "-dp", "2", "-ep"],
+            ["--replicas", "2", "--kv-offloading-size", "64"],
+            "argument --kv-offloading-size: kv_offloading_size with data_parallel_size 2",
+            (["--replicas", "1"], ["-dp", "1"]),
+        ),
+        (
+            ["qwen3-30b-a3b", "-dp", "2", "-ep"],
+            ["--replicas", "2", "--prefill-replicas", "1"],
+            "argument --prefill-replicas: prefill_replicas 1 with data_parallel_size 2",
+            (["--prefill-replicas", None], ["-dp", "1"]),
+        ),
+        (
+            ["--model", "llama-3.1-8b"],
+            ["--replicas", "2", "--prefill-replicas", "1", "--kv-offloading-size", "64"],
+            "argument --kv-offloading-size: kv_offloading_size with prefill_replicas 1",
+            (["--prefill-replicas", None], ["--kv-offloading-size", None]),
+        ),
+    ],
+)
+def test_the_fleet_refusals_name_the_flag_and_a_way_forward(capsys, model, given, blamed, ways):
+    """DP + CPU tier, DP + P/D and P/D + CPU tier (audit54 #14): one line naming the flag given (not the
+    internal kv_offloading_chunks) and the flags to change; each way it names then runs."""
+    argv = [
+        "run",
+        *model,
+        "--gpu",
+        "h100-80gb",
+        "--workload",
+        "mooncake-conversation",
+        "--requests",
+        "20",
+        *given,
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert blamed in err[0]
+    assert "kv_offloading_chunks" not in err[0]
+    for flag, value in ways:
+        assert f"({flag}" in err[0]
+        way = list(argv)
+        if flag in way:  # (the flag as given dropped, then set to the value the line names, if any)
+            k = way.index(flag)
+            del way[k : k + 2]
+        if value is not None:
+            way += [flag, value]
+        assert main([*way, "--json"]) == 0, way
+        capsys.readouterr()
+
+
 def test_the_replica_search_refuses_dp_groups():
     """`smallest_replicas` bisects over counts, most of which are not whole DP groups: refused by name."""
     from kvsim.analysis.plan_smallest import smallest_replicas

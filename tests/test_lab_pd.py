@@ -370,7 +370,8 @@ def test_bad_input_is_refused_by_name():
     with pytest.raises(InvalidArgumentError, match=r"^preemption 'swap'"):
         pd.run(p.workload, p.config, p.request_names, p.config.replace(preemption="swap", cpu_blocks=8))
     with pytest.raises(
-        InvalidArgumentError, match=r"^prefill_replicas 1: kv_offloading_size / kv_offloading"
+        InvalidArgumentError,
+        match=r"^kv_offloading_chunks with prefill_replicas 1: a CPU tier is not modelled",
     ):
         p.config.replace(kv_offloading_chunks=64)  # (SimConfig refuses a tier beside a prefill pool)
 

@@ -265,7 +265,11 @@ def test_a_model_gives_the_transfer_its_bytes():
         ({}, {"pd_link_ps_per_block": -1}, "pd_link_ps_per_block -1"),
         ({}, {"pd_link_ps_per_block": None}, "pd_link_ps_per_block is needed without a model"),
         ({}, {"router_refresh_s": 0.01}, "router_refresh_s"),
-        ({"kv_offloading_chunks": 10}, {}, "kv_offloading_size / kv_offloading_chunks"),
+        (
+            {"kv_offloading_chunks": 10},
+            {},
+            "kv_offloading_chunks with prefill_replicas 1: a CPU tier is not modelled with a prefill pool",
+        ),
         ({"preemption": "swap", "cpu_blocks": 10}, {}, "preemption 'swap'"),
         ({"policy": "reserve"}, {}, "policy 'reserve'"),
         ({"waiting_over_budget": "skip"}, {}, "waiting_over_budget 'skip'"),
@@ -300,17 +304,18 @@ def test_a_cpu_tier_beside_a_prefill_pool_is_refused_when_built(capsys):
     prefill pool, and a prefill pool without a tier, still build."""
     from kvsim.cli import main
 
-    words = r"^prefill_replicas 1: kv_offloading_size / kv_offloading_chunks \(a CPU tier\) is not modelled"
-    with pytest.raises(InvalidArgumentError, match=words):
+    # (named by the knob given, audit54 #14: it named both, kv_offloading_size / kv_offloading_chunks)
+    words = r"with prefill_replicas 1: a CPU tier is not modelled with a prefill pool"
+    with pytest.raises(InvalidArgumentError, match=rf"^kv_offloading_size {words}"):
         kvsim.SimConfig(model="llama-3.1-8b", gpu="h100-80gb", kv_offloading_size=4.0, prefill_replicas=1)
     tier = kvsim.SimConfig(num_blocks=60, block_size=4, kv_offloading_chunks=10)
-    with pytest.raises(InvalidArgumentError, match=words):
+    with pytest.raises(InvalidArgumentError, match=rf"^kv_offloading_chunks {words}"):
         tier.replace(prefill_replicas=1)
     assert tier.kv_offloading_chunks == 10
     assert kvsim.SimConfig(num_blocks=60, block_size=4, prefill_replicas=1).prefill_replicas == 1
     base = ["run", "llama-3.1-8b", "--gpu", "h100-80gb", "--requests", "5", "--prefill-replicas", "1"]
     for argv, said in (
-        (["--kv-offloading-size", "4"], "--prefill-replicas: prefill_replicas 1: kv_offloading_size"),
+        (["--kv-offloading-size", "4"], "--kv-offloading-size: kv_offloading_size with prefill_replicas 1"),
         (
             ["--prefill-config", "kv_offloading_size=4"],
             "--prefill-config: prefill_config: kv_offloading_size",

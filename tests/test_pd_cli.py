@@ -294,3 +294,50 @@ def test_kvsim_run_json_records_the_prefill_replicas_config(capsys):
         == 0
     )
     assert "prefill_config" not in json.loads(capsys.readouterr().out)  # (no prefill replicas)
+
+
+def test_a_pd_fleets_queueing_row_says_it_holds_the_remote_prefill(capsys):
+    """audit54 #18: in a P/D fleet `queueing_s` (first scheduled on the decode replica − arrival, which
+    plan's queueing_* SLOs bound) holds the prefill queueing, the prefill and the transfer: the latency
+    row is PRE-DECODE there, its cells the summary's, and no aggregated run's QUEUEING row changes."""
+    from kvsim.cli import main
+
+    argv = ["run", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--workload", "sharegpt:arrival_rate=12"]
+    argv += ["--requests", "200", "--replicas", "3", "--prefill-replicas", "1", "--router", "least-loaded"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(i for i, x in enumerate(out) if x.startswith("== latency"))
+    cols = out[head + 1].split()
+    row = next(x for x in out[head:] if x.startswith("  PRE-DECODE")).split()[1:]
+    assert not any(x.startswith("  QUEUEING") for x in out)
+    note = out[out.index(next(x for x in out if x.startswith("  PRE-DECODE"))) + 1]
+    assert note.startswith(
+        "  (PRE-DECODE, a disaggregated fleet: first scheduled on the decode replica - arrival"
+    )
+    assert "kvsim plan's queueing_* SLOs bound on such a fleet" in note
+    assert main([*argv, "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["summary"]
+    shown = dict(zip(cols, row, strict=True))
+    for col, key in (("mean", "mean"), ("median", "p50"), ("p99", "p99")):
+        assert float(shown[col].replace(",", "")) == pytest.approx(1000 * s[f"queueing_s_{key}"], rel=1e-3)
+    # It holds the remote parts: its median is above the prefill queueing's (0 here) by the prefill at least.
+    assert s["queueing_s_p50"] >= s["ttft_prefill_p50_s"] > s["ttft_prefill_queue_p50_s"]
+    # The same flags without a prefill pool: QUEUEING, as before.
+    assert main([*argv[:-4], "--router", "least-loaded"]) == 0
+    assert any(x.startswith("  QUEUEING") for x in capsys.readouterr().out.splitlines())
+
+
+def test_a_split_plan_says_what_queueing_bounds_on_each_fleet():
+    """`kvsim plan --split` with a queueing_* SLO says it bounds the remote prefill and the transfer too
+    on the disaggregated fleets (audit54 #18); without one it says nothing of it."""
+    import polars as pl
+
+    from kvsim.analysis.plan_pd import SplitPlan
+    from kvsim.analysis.plan_search import PlanResult
+    from kvsim.analysis.plan_slo import SLO
+
+    for slo, said in ((SLO("queueing_p99", 0.5), True), (SLO("ttft_p99", 1.0), False)):
+        search = PlanResult("replicas", 1, (None, 1), 0.0, "converged", (slo,), pl.DataFrame())
+        text = SplitPlan(40.0, 1, 4, 1, (1, 1), search, {1: search}, (slo,)).message
+        line = "queueing_*: on a disaggregated fleet first scheduled on the decode replica - arrival"
+        assert (line in text) is said, text

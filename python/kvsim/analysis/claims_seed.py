@@ -275,6 +275,7 @@ def mooncake_ceiling(
     capacity_blocks: int | None = None,
     whole_prompt: bool = False,
     max_model_len: int | None = None,
+    keep: Any = None,
 ) -> float:
     """Prefix hit rate of an infinite cache, from the trace's hash ids alone (no engine).
 
@@ -285,14 +286,16 @@ def mooncake_ceiling(
     "Metrics") the whole prompt but its last token, which is computed again. Divided by the prompt tokens
     of the requests counted: with `capacity_blocks` or `max_model_len`, those such a pool admits (`admitted`);
     a request it rejects computes nothing, so it neither counts nor leaves a prefix for later ones, as in
-    the engine, whose hit rates are over the requests it admitted.
+    the engine, whose hit rates are over the requests it admitted. `keep` (a bool a request) gives those
+    requests instead (`kvsim run`'s CPU tier table: the ones its run did not reject).
     """
     seen: dict[tuple[int, int], int] = {}
     offsets = np.asarray(workload.seg_offsets).tolist()
     ids = np.asarray(workload.segment_id).tolist()
     lens = np.asarray(workload.segment_len).tolist()
     prompt = np.asarray(workload.prompt_len).tolist()
-    keep = admitted(workload, capacity_blocks, block_size, max_model_len)
+    if keep is None:
+        keep = admitted(workload, capacity_blocks, block_size, max_model_len)
     hit_total = prompt_total = 0
     for i in range(len(prompt)):
         if not keep[i]:

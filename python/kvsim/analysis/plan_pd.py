@@ -230,6 +230,13 @@ class SplitPlan:
         lines += [
             f"{name}: {_fleet(name, r.sample_caveat())}" for name, r in searches if r.outside_ci is False
         ]
+        if any(slo.metric.startswith("queueing_") for slo in self.slos):
+            # (audit54 #18: the same SLO bounds more on a disaggregated fleet)
+            lines.append(
+                "queueing_*: on a disaggregated fleet first scheduled on the decode replica - arrival, the "
+                "prefill queueing, the prefill and the transfer included (kvsim run's PRE-DECODE row); on an "
+                "aggregated one the queue alone"
+            )
         lines += self._aside_lines()
         if self.violations:
             pairs = ", ".join(f"{w}: {a} passes, {b} fails" for w, a, b in self.violations[:3])

@@ -568,22 +568,34 @@ def render_table(
                 row = [serving.get(f"{c}_{m}_ms") for c in cols]
                 lines.append(f"  {m.upper():<8}" + "".join(f"{_num(v):>12}" for v in row))
             if "queueing_s_mean" in summary:
-                lines += _queueing_row(summary, cols)
+                lines += _queueing_row(summary, cols, bool(replicas[1]))
     return "\n".join(lines)
 
 
-def _queueing_row(summary: dict[str, Any], cols: Sequence[str]) -> list[str]:
+def _queueing_row(summary: dict[str, Any], cols: Sequence[str], pd: bool = False) -> list[str]:
     """The latency table's QUEUEING row, first scheduled − arrival in ms, from the summary's `queueing_s_*`
     (the figure `kvsim plan`'s `queueing_*` SLOs bound, which `vllm bench serve` does not report): its mean,
-    median and the p50, p90 and p99 the summary keeps ("-" for another column), and a line saying so."""
+    median and the p50, p90 and p99 the summary keeps ("-" for another column), and a line saying so. In a
+    disaggregated fleet (`pd`) the same figure runs to the first step on the decode replica, the prefill
+    replica's queue and prefill and the transfer in it: the row is PRE-DECODE there (audit54 #18: it read
+    QUEUEING above a split table whose prefill queueing was 0 at the median)."""
     keys = {"mean": "queueing_s_mean", "median": "queueing_s_p50", "p50": "queueing_s_p50"}
     keys |= {"p90": "queueing_s_p90", "p99": "queueing_s_p99"}
     row = [summary.get(keys[c]) if c in keys else None for c in cols]
     cells = "".join(f"{_num(None if v is None else 1000 * v):>12}" for v in row)
+    keeps = "the summary keeps its mean, p50, p90 and p99: --json's summary queueing_s_*"
+    if not pd:
+        return [
+            f"  {'QUEUEING':<8}{cells}",
+            f"  (QUEUEING: first scheduled - arrival, what kvsim plan's queueing_* SLOs bound; {keeps})",
+        ]
+    label = "PRE-DECODE"
+    # (the label runs 2 characters into the first cell's padding, its number still right-aligned)
     return [
-        f"  {'QUEUEING':<8}{cells}",
-        "  (QUEUEING: first scheduled - arrival, what kvsim plan's queueing_* SLOs bound; the summary keeps "
-        "its mean, p50, p90 and p99: --json's summary queueing_s_*)",
+        f"  {label}{cells[len(label) - 8 :]}",
+        "  (PRE-DECODE, a disaggregated fleet: first scheduled on the decode replica - arrival, so the prefill "
+        "queueing, the prefill and the transfer+wait of the split below and the decode replica's own "
+        f"queue: what kvsim plan's queueing_* SLOs bound on such a fleet; {keeps})",
     ]
 
 
@@ -607,11 +619,13 @@ def render_groups(config: Any, summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_tier(config: Any, summary: dict[str, Any]) -> str:
+def render_tier(config: Any, summary: dict[str, Any], ceiling: float | None = None) -> str:
     """The CPU tier (DESIGN.md §CPU tier): where the prompt tokens came from (GPU prefix cache, the tier,
     computed), what moved over the host link each way, store attempts that found no room and stores skipped,
     evictions, the time requests waited for their loads and the tier's occupancy; vLLM's metric names in
-    brackets where vLLM has one. Empty without a tier."""
+    brackets where vLLM has one; the hit rows count first admissions, as vLLM's counters do, the
+    resumes' shares on a row of their own; with `ceiling` (a Mooncake trace's, `run_output.tier_ceiling`)
+    the first admissions' hits beside it. Empty without a tier."""
     if not config.kv_offloading_chunks:
         return ""
     s = summary
@@ -636,18 +650,30 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
         # (a rate over no prompt admitted, or an occupancy over no busy time, is none: "-")
         return "-" if s[key] is None else f"{100 * s[key]:.1f} %{of}"
 
+    # (vLLM 0.34.0's prefix_cache_* and external_prefix_cache_* counters leave a resumed request's lookup out,
+    # PrefixCacheStats.record's preempted_* split: the tagged rows are first admissions', audit54 #6; until
+    # 2026-12-07 they counted every admission under vLLM's names)
+    first = " of first admissions' prompt tokens"
+    reach = ""
+    if ceiling is not None and s["hit_rate_first_admission"] is not None:
+        # (audit54 #8: README set its example beside the whole trace's 37-38 %, its own 2,000 rows' being 29.4 %)
+        reach = (
+            f" of a reuse ceiling of {100 * ceiling:.1f} % (an infinite cache's over the requests admitted)"
+        )
+    resumed = " / ".join(share(k) for k in ("prefix_hit_rate", "cpu_hit_rate", "miss_rate"))
     rows = [
-        ("GPU prefix hits [prefix_cache_hits]", share("prefix_hit_rate", " of prompt tokens")),
-        ("CPU tier hits [external_prefix_cache_hits]", share("cpu_hit_rate", " of prompt tokens")),
-        ("computed (misses)", share("miss_rate", " of prompt tokens")),
-        ("hits, first admissions (GPU + CPU)", share("hit_rate_first_admission")),
+        ("GPU prefix hits [prefix_cache_hits]", share("prefix_hit_rate_first_admission", first)),
+        ("CPU tier hits [external_prefix_cache_hits]", share("cpu_hit_rate_first_admission", first)),
+        ("computed (misses)", share("miss_rate_first_admission", first)),
+        ("hits, first admissions (GPU + CPU)", share("hit_rate_first_admission") + reach),
+        ("all admissions, resumes included: GPU / CPU / computed", f"{resumed} of prompt tokens admitted"),
         ("loads (transfers: blocks, bytes)", f"{s['loads']:,} ({moved('load')})"),
         ("stores (transfers: blocks, bytes)", f"{s['stores']:,} ({moved('store')})"),
         (
-            "store attempts, no room [allocation_failure]",
+            "store attempts, no room [kv_offload_allocation_failure]",
             f"{s['stores_failed']:,}" + (" (each offered again the next step)" if s["stores_failed"] else ""),
         ),
-        ("stores skipped (store threshold)", f"{s['stores_skipped']:,}"),
+        ("stores skipped [kv_offload_stores_skipped]", f"{s['stores_skipped']:,}"),
         ("evicted chunks", f"{s['cpu_evictions']:,}"),
         (
             "waiting for loads, mean per load",
@@ -659,5 +685,6 @@ def render_tier(config: Any, summary: dict[str, Any]) -> str:
         ),
     ]
     lines = ["== CPU tier =="]
-    lines += [f"  {label:<46} {value}" for label, value in rows]
+    width = max(len(label) for label, _ in rows)
+    lines += [f"  {label:<{width}} {value}" for label, value in rows]
     return "\n".join(lines)

@@ -276,22 +276,35 @@ def render_fleet(result: Any) -> str:
     else:
         which = f"{s['replicas']} {_replicas(s['replicas'])}"
     lines = [f"== fleet: {which}{_dp_phrase(result)}, router {how} =="]
-    head = ("replica", "routed", "finished", "req/s", "hit rate", "TTFT p99 ms", "preemptions")
-    lines.append("  " + "".join(f"{h:>12}" for h in head))
+    # (audit54 #9: with CPU tiers the hit rate column is the GPU prefix cache's alone, and ranked a replica
+    # that served the most from its tier worst: it says so, the tier's share beside it, over the same tokens)
+    tiers = any("cpu_hit_rate" in r.summary for r in result.replicas)
+    rate = ("GPU hit rate", "CPU tier hits") if tiers else ("hit rate",)
+    head = ("replica", "routed", "finished", "req/s", *rate, "TTFT p99 ms", "preemptions")
+    wide = 14 if tiers else 12  # ("GPU hit rate" fills 12 columns: 14 keep a space before it)
+    lines.append("  " + "".join(f"{h:>{wide}}" if h in rate else f"{h:>12}" for h in head))
     for i, r in enumerate(result.replicas):
         x = r.summary
         ttft = x.get("ttft_s_p99")
+        # (a replica that admitted no prompt has no hit rate: None, "-")
+        rates = [_num(x["prefix_hit_rate"], "%")] + ([_num(x.get("cpu_hit_rate"), "%")] if tiers else [])
         cells = (
             str(i),
             f"{x['num_requests']:,}",
             f"{x['completed']:,}",
             _num(x["throughput_rps"]),
-            # (a replica that admitted no prompt has no hit rate: None, "-")
-            _num(x["prefix_hit_rate"], "%"),
+            *(f"{c:>{wide}}" for c in rates),
             _num(None if ttft is None else 1000 * ttft),
             f"{x['preemptions']:,}",
         )
         lines.append("  " + "".join(f"{c:>12}" for c in cells))
+    if tiers:
+        lines.append(
+            "  (GPU hit rate, CPU tier hits: the replica's hit tokens on its GPU and loaded from its tier over "
+            "the prompt tokens it admitted, resumes included; over its first admissions, as the CPU tier "
+            "table's tagged rows: --json's per_replica prefix_hit_rate_first_admission, "
+            "cpu_hit_rate_first_admission)"
+        )
     if prefill:  # (p0, p1, ...: the prefill replicas; they finish no request and have no TTFT of their own)
         for i, x in enumerate(prefill_rows(result)):
             cells = (

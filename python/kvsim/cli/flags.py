@@ -407,7 +407,7 @@ RUN_EXAMPLES = (
     ),
     (
         "four replicas behind a prefix-aware router, as JSON",
-        "kvsim run --model llama-3-8b --gpu h100-80gb "
+        "kvsim run --model llama-3.1-8b --gpu h100-80gb "
         "--replicas 4 --router prefix-affinity --workload mooncake-conversation --json",
     ),
 )

@@ -584,7 +584,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         goodput=goodput,
     )
     run_notes(result, workload, info, notes)
-    out = run_record(args, config, result, serving, info, notes, backend, goodput, fleet)
+    out = run_record(args, config, result, serving, info, notes, backend, goodput, fleet, workload)
     save_run(args, save_dir, config, result, out, info)
     if args.json:
         print(json.dumps(out, default=str, ensure_ascii=False))

@@ -93,6 +93,27 @@ def block_size_note(config: Any) -> str | None:
     )
 
 
+def tier_ceiling(config: Any, workload: Any, result: Any) -> float | None:
+    """A CPU tier's run on a Mooncake trace: the reuse ceiling of its first admissions' GPU + tier hits, an
+    infinite cache's hit rate over the requests the run did not reject, from the trace's chained hash ids
+    (`claims_seed.mooncake_ceiling`, a hit reaching the prompt's last token as a load's does; DESIGN.md §CPU
+    tier, "Metrics"). None without a tier or on another workload (its segment ids need not be chained)."""
+    if (
+        not config.kv_offloading_chunks
+        or workload is None
+        or (workload.meta or {}).get("format") != "mooncake"
+    ):
+        return None
+    import numpy as np
+
+    from kvsim.analysis.claims_seed import mooncake_ceiling
+
+    rows = result.requests
+    rejected = set(rows.filter(rows["status"] == "rejected")["request_id"].to_list())
+    keep = [int(r) not in rejected for r in np.asarray(workload.request_id).tolist()]
+    return mooncake_ceiling(workload, config.pool.pool_block_size, whole_prompt=True, keep=keep)
+
+
 def run_record(
     args: argparse.Namespace,
     config: Any,
@@ -103,10 +124,12 @@ def run_record(
     backend: str,
     goodput: Any,
     fleet: bool,
+    workload: Any = None,
 ) -> dict[str, Any]:
     """The run's record (`--json`'s, `--save-result`'s file), its notes completed in `notes`: a DP rank run
     alone, the fleet's DP groups, what vLLM loads beside the weights, the Transformers backend, the
-    calibration's model, the block size raised or no backend's."""
+    calibration's model, the block size raised or no backend's; with a CPU tier on a Mooncake trace the
+    run's reuse ceiling (`tier_ceiling`: `reuse_ceiling`, else absent)."""
     import kvsim
 
     dp = config.data_parallel_size
@@ -168,6 +191,9 @@ def run_record(
         out["prefill_config"] = (prefill_cfg if prefill_cfg is not None else config).describe()
     if fleet:
         out["fleet"] = fleet_record(result)
+    ceiling = tier_ceiling(config, workload, result)
+    if ceiling is not None:
+        out["reuse_ceiling"] = ceiling
     return out
 
 
@@ -274,7 +300,10 @@ def print_run(
     caching = config.enable_prefix_caching
     times = None if tick else out["time_model"]["times"]
     print(render_table(serving, result.summary, pct_metrics, pcts, tick, scope, caching, times))
-    for section in (render_groups(config, result.summary), render_tier(config, result.summary)):
+    for section in (
+        render_groups(config, result.summary),
+        render_tier(config, result.summary, out.get("reuse_ceiling")),
+    ):
         if section:
             print(section)
     if fleet:

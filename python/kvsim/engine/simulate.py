@@ -447,8 +447,8 @@ def moved_bytes(config: Any, c: Any, done: str) -> int | None:
 
 def tier_summary(c: dict[str, Any], config: SimConfig) -> dict[str, Any]:
     """The CPU tier's metrics (DESIGN.md §CPU tier, §Metrics): hits on the GPU and in the tier and the
-    misses, as token rates over the prompt tokens admitted (vLLM's `prefix_cache_*` and
-    `external_prefix_cache_*` counters); blocks and bytes moved each way (`kv_offload_load_bytes`,
+    misses, as token rates over the prompt tokens admitted (resumes included) and over first admissions'
+    (what vLLM's `prefix_cache_*` and `external_prefix_cache_*` counters count); blocks and bytes moved each way (`kv_offload_load_bytes`,
     `kv_offload_store_bytes`), stores the tier could not make room for (`kv_offload_allocation_failure`)
     or skipped under the store threshold, evictions, flushes, the time requests waited for loads, and
     the tier's occupancy."""
@@ -458,11 +458,13 @@ def tier_summary(c: dict[str, Any], config: SimConfig) -> dict[str, Any]:
     s["cpu_hit_tokens"] = cpu
     s["cpu_hit_rate"] = over(cpu, admitted)
     s["miss_rate"] = over(admitted - gpu - cpu, admitted)
-    queries = admitted - gpu
-    s["external_prefix_cache_hit_rate"] = over(cpu, queries)
-    first = c["first_prompt_tokens"]
-    s["cpu_hit_rate_first_admission"] = over(c["first_cpu_hit_tokens"], first)
-    s["hit_rate_first_admission"] = over(c["first_hit_tokens"] + c["first_cpu_hit_tokens"], first)
+    first, first_gpu, first_cpu = c["first_prompt_tokens"], c["first_hit_tokens"], c["first_cpu_hit_tokens"]
+    # (vLLM 0.34.0's `external_prefix_cache_*` counters, as its `prefix_cache_*`, count first admissions
+    # alone: `PrefixCacheStats.record` puts a resumed request's lookup in `preempted_*`, v1/metrics/stats.py)
+    s["external_prefix_cache_hit_rate"] = over(first_cpu, first - first_gpu)
+    s["cpu_hit_rate_first_admission"] = over(first_cpu, first)
+    s["miss_rate_first_admission"] = over(first - first_gpu - first_cpu, first)
+    s["hit_rate_first_admission"] = over(first_gpu + first_cpu, first)
     for name, done, jobs, blocks in (
         ("load", "loaded", "num_loads", "loaded_blocks"),
         ("store", "stored", "num_stores", "stored_blocks"),

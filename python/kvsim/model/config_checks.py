@@ -64,9 +64,15 @@ DP_DISAGGREGATED = (
 )
 
 PD_TIER = (
-    "kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled with a prefill pool (the connector "
-    "and the tier would share the held queue)"
+    "a CPU tier is not modelled with a prefill pool (the connector and the tier would share the held queue)"
 )
+
+
+def tier_knob(config: Any) -> str:
+    """The knob that gave a config its CPU tier, as the refusals name it: `kv_offloading_size` (vLLM's GiB,
+    `kvsim run`'s --kv-offloading-size) where given, else `kv_offloading_chunks` (audit54 #14: a refusal
+    named both, the internal one to a user who gave the flag)."""
+    return "kv_offloading_size" if config.kv_offloading_size is not None else "kv_offloading_chunks"
 
 
 def check_whole_dp_groups(n: int, dp: int) -> None:
@@ -98,6 +104,7 @@ class ConfigChecks:
         data_parallel_size: int
         replicas: int
         prefill_replicas: int
+        kv_offloading_size: float | None
         kv_offloading_chunks: int
         async_scheduling: bool | None
         chunked_prefill: bool
@@ -192,15 +199,20 @@ class ConfigChecks:
         if self.prefill_replicas:
             # (whatever the decode replicas: a prefill pool of DP ranks would step apart, which vLLM's don't)
             raise InvalidArgumentError(
-                f"prefill_replicas {self.prefill_replicas} with data_parallel_size {dp}: {DP_DISAGGREGATED}"
+                f"prefill_replicas {self.prefill_replicas} with data_parallel_size {dp}: {DP_DISAGGREGATED}: "
+                f"drop prefill_replicas (--prefill-replicas) for an aggregated fleet of DP groups, or set "
+                "data_parallel_size 1 (-dp 1) for a disaggregated fleet of one-rank replicas"
             )
         if n <= 1:
             return
         check_whole_dp_groups(n, dp)
         if self.kv_offloading_chunks:
+            tier = tier_knob(self)
             raise InvalidArgumentError(
-                f"kv_offloading_size with data_parallel_size {dp} and replicas {n}: a CPU tier on the ranks "
-                "of a DP group is not modelled (its stores lengthen and stall a rank's steps)"
+                f"{tier} with data_parallel_size {dp} and replicas {n}: a CPU tier on the ranks of a DP group "
+                f"is not modelled (its stores lengthen and stall a rank's steps): drop {tier} "
+                f"(--{tier.replace('_', '-')}), set replicas 1 (--replicas 1: one rank's engine, which takes a "
+                "tier), or data_parallel_size 1 (-dp 1) for a fleet of one-rank replicas with tiers"
             )
 
     def _check_pd_tier(self) -> None:
@@ -208,7 +220,12 @@ class ConfigChecks:
         disaggregation: not modelled; a prefill pool's own config with a tier, `prefill_config`, is refused
         by `simulate_cluster`, which reads it as one)."""
         if self.prefill_replicas and self.kv_offloading_chunks:
-            raise InvalidArgumentError(f"prefill_replicas {self.prefill_replicas}: {PD_TIER}")
+            tier = tier_knob(self)
+            raise InvalidArgumentError(
+                f"{tier} with prefill_replicas {self.prefill_replicas}: {PD_TIER}: drop {tier} "
+                f"(--{tier.replace('_', '-')}) for a disaggregated fleet, or prefill_replicas "
+                "(--prefill-replicas) for an aggregated fleet with a tier on each replica"
+            )
 
     def _check_hybrid(self) -> None:
         """A model whose KV-cache groups are not one full-attention group runs vLLM v1's hybrid manager
