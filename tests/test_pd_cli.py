@@ -341,3 +341,22 @@ def test_a_split_plan_says_what_queueing_bounds_on_each_fleet():
         text = SplitPlan(40.0, 1, 4, 1, (1, 1), search, {1: search}, (slo,)).message
         line = "queueing_*: on a disaggregated fleet first scheduled on the decode replica - arrival"
         assert (line in text) is said, text
+
+
+def test_the_pre_decode_row_keeps_every_digit_of_a_long_figure():
+    """reread54: the PRE-DECODE label takes 2 characters of the first cell's width; a figure of 10
+    characters or more (a mean of 1,234,567.8 ms) must widen the row, not lose its leading digits."""
+    from kvsim.analysis.run_report import _queueing_row
+
+    summary = {"queueing_s_mean": 1234.5678, "queueing_s_p50": 2.0, "queueing_s_p99": 3.0}
+    cols = ["mean", "median", "p99"]
+    assert _queueing_row(summary, cols, pd=True)[0].split() == [
+        "PRE-DECODE",
+        "1,234,567.8",
+        "2,000.0",
+        "3,000.0",
+    ]
+    assert _queueing_row(summary, cols)[0].split() == ["QUEUEING", "1,234,567.8", "2,000.0", "3,000.0"]
+    # Short figures line up with the aggregated run's row: the same right edges.
+    short = {"queueing_s_mean": 0.5}
+    assert len(_queueing_row(short, cols, pd=True)[0]) == len(_queueing_row(short, cols)[0])

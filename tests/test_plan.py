@@ -204,6 +204,23 @@ def test_a_floor_failure_where_the_floor_rate_puts_the_whole_sample_together_say
     assert "because they arrive together" not in spread.message
 
 
+def test_a_normalized_latency_is_not_set_beside_an_arrival_span():
+    """reread54: the floor's span test compares seconds with seconds: a normalized latency (s/token) that
+    fails beside a latency in seconds is not the figure the span is measured against."""
+
+    def together(workload, config):
+        return {"ttft_s_p99": 15.0, "normalized_latency_s_per_token": 0.5, "queueing_s_p99": 14.9,
+                "completed": len(workload), "rejected": 0, "num_requests": len(workload), "steady": True,
+                "arrival_span_s": 1.0}  # fmt: skip
+
+    slos = {"ttft_p99": 1.0, "normalized_latency": 0.1}
+    r = kvsim.plan(_workload(4), FAKE_CONFIG, slos, probe=together, min_rate=0.1)
+    assert r.status == "below-floor"
+    # 1 s of arrivals is less than the ttft_p99 of 15 s it misses (the normalized 0.5 s/token is no span)
+    assert "arrivals span 1 s, less than their ttft_p99 of 15 s" in r.message, r.message
+    assert "normalized_latency of" not in r.message
+
+
 def test_a_rate_search_passing_to_a_cap_whose_run_was_steady_says_to_raise_the_cap():
     """User audit 54 #4's mirror: a small start rate's cap (start x 4096) where the run is a steady state
     (arrivals over many e2e p99s) is not "requests arriving nearly at once": the message says the rate is

@@ -431,8 +431,10 @@ class PlanResult:
             )
         if queued is not None and queued > 0.1 * min(latencies):
             span = low[0].get("arrival_span_s")
-            slo, latency = min(((s, a) for s, a, _ in flat if s.upper), key=lambda sa: sa[1])
-            if span is not None and span < latency:
+            # (latencies in seconds only: a normalized latency, s/token, is no span to set beside one)
+            timed = [(s, a) for s, a, _ in flat if s.upper and s.unit == "s"]
+            slo, latency = min(timed, key=lambda sa: sa[1]) if timed else (None, None)
+            if span is not None and slo is not None and latency is not None and span < latency:
                 # The whole sample arrived within the latency it misses: the floor's rate, not the trace,
                 # put them together (an absurd --start-rate whose floor, start / 4096, is itself absurd:
                 # user audit 54 #4), so the probes cannot tell what a lower rate does.

@@ -582,7 +582,8 @@ def _queueing_row(summary: dict[str, Any], cols: Sequence[str], pd: bool = False
     keys = {"mean": "queueing_s_mean", "median": "queueing_s_p50", "p50": "queueing_s_p50"}
     keys |= {"p90": "queueing_s_p90", "p99": "queueing_s_p99"}
     row = [summary.get(keys[c]) if c in keys else None for c in cols]
-    cells = "".join(f"{_num(None if v is None else 1000 * v):>12}" for v in row)
+    shown = [_num(None if v is None else 1000 * v) for v in row]
+    cells = "".join(f"{c:>12}" for c in shown)
     keeps = "the summary keeps its mean, p50, p90 and p99: --json's summary queueing_s_*"
     if not pd:
         return [
@@ -590,9 +591,10 @@ def _queueing_row(summary: dict[str, Any], cols: Sequence[str], pd: bool = False
             f"  (QUEUEING: first scheduled - arrival, what kvsim plan's queueing_* SLOs bound; {keeps})",
         ]
     label = "PRE-DECODE"
-    # (the label runs 2 characters into the first cell's padding, its number still right-aligned)
+    # (the label takes 2 characters of the first cell's width and a space, its number still right-aligned
+    # with the rows above: a number of 10 characters or more widens the row rather than losing digits)
     return [
-        f"  {label}{cells[len(label) - 8 :]}",
+        f"  {label} {shown[0]:>{12 - (len(label) - 8) - 1}}" + "".join(f"{c:>12}" for c in shown[1:]),
         "  (PRE-DECODE, a disaggregated fleet: first scheduled on the decode replica - arrival, so the prefill "
         "queueing, the prefill and the transfer+wait of the split below and the decode replica's own "
         f"queue: what kvsim plan's queueing_* SLOs bound on such a fleet; {keeps})",

@@ -3,7 +3,8 @@ the run file's field, else `--preset`'s release, else 0.34.0; `kvsim.model.relea
 read, before the configuration is built: a `--kv-cache-dtype` the release refuses, or takes but kvsim does not
 model (`kvsim.model.kv_dtype_values.refusal`); a model that release refuses where the latest reads it, named
 with what set the release (`read_model`). The release itself is checked first (`refuse_bad_release`,
-`prefill_release`, `sweep_release`): it decides how the model is read. `kvsim run`'s model (flag, MODEL, run
+`prefill_release`; a sweep's by `kvsim.analysis.sweep_grid.base_release`, called from
+`kvsim.cli.sweep_fields.flag_fields`): it decides how the model is read. `kvsim run`'s model (flag, MODEL, run
 file), `--prefill-config model=` and `kvsim sweep`'s `--base model=` / `--grid model=` are read so."""
 
 from __future__ import annotations

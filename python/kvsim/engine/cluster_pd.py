@@ -18,6 +18,7 @@ from kvsim.engine.engine_input import EngineInput
 from kvsim.engine.simulate import over
 from kvsim.errors import InvalidArgumentError
 from kvsim.model.config import DP_DISAGGREGATED, PS_PER_S, SimConfig
+from kvsim.model.config_checks import tier_knob
 from kvsim.model.units import fmt_bytes_exact
 
 # The prefill pool's knobs (DESIGN.md §Prefill/decode disaggregation), taken the same way.
@@ -107,8 +108,9 @@ def _pd_spec(configs: list[SimConfig], spec: Any, prefill_config: Any = None) ->
         )
     if prefill_config is not None and prefill_config.kv_offloading_chunks:
         raise InvalidArgumentError(
-            "prefill_config: kv_offloading_size / kv_offloading_chunks (a CPU tier) is not modelled on a "
-            "prefill replica (its finished requests hold their blocks for their transfers)"
+            f"prefill_config: {tier_knob(prefill_config)} (a CPU tier) is not modelled on a prefill replica "
+            "(its finished requests hold their blocks for their transfers): drop it from the prefill config "
+            "(--prefill-config)"
         )
     if pc.time_model == "linear" and pc.c0_ps == 0 and pc.c_tok_ps == 0 and pc.c_ctx_ps == 0:
         raise InvalidArgumentError(

@@ -334,8 +334,8 @@ KNOBS: dict[str, Knob] = {
         "vLLM's --async-scheduling: on, a step is scheduled while the one "
         "before it runs, so a request that arrives during a step joins the step after the next, a finished "
         "request's seat and blocks are free a step later, and so are the blocks a sliding window or local "
-        "chunk leaves (DESIGN.md, Engine, Asynchronous scheduling; refused with vLLM v0's rules or a "
-        "prefill pool); off (--no-async-scheduling): vLLM's synchronous scheduling, one batch in flight, which bounds a "
+        "chunk leaves (DESIGN.md, Engine, Asynchronous scheduling; refused with vLLM v0's rules); "
+        "off (--no-async-scheduling): vLLM's synchronous scheduling, one batch in flight, which bounds a "
         "sliding-window or chunked-local group's blocks per request (sizing, admission); unset: vLLM's "
         "default deployment, async on, for sizing and those bounds (two batches in flight), while kvsim's "
         "engine schedules synchronously",
