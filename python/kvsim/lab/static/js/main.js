@@ -15,7 +15,7 @@ import { TierView } from "./tier.js";
 
 const $ = (id) => document.getElementById(id);
 const PARAMS = ["preset", "model", "block_size", "kv_cache_bytes", "num_blocks", "enable_prefix_caching", "policy",
-  "sampling", "preemption", "contiguous_policy", "placement", "kv_offloading_bytes"];
+  "sampling", "preemption", "contiguous_policy", "placement", "kv_offloading_bytes", "async_scheduling"];
 const MIB = 2 ** 20;
 const OPTION_LISTS = {
   model: "models", block_size: "block_sizes", policy: "policies", sampling: "samplings",
@@ -109,6 +109,8 @@ function writeUrl() {
     const u = new URLSearchParams();
     for (const p of PARAMS) {
       const v = r.bundle.query[p];
+      // (synchronous scheduling, the presets' own, needs no word in a link)
+      if (p === "async_scheduling" && v === false) continue;
       if (v !== undefined && v !== null) u.set(p, String(v));
     }
     u.set("step", String(lab.step));
@@ -138,8 +140,9 @@ function poolBytes(bundle) {
 }
 
 // How a parameter and its values read in a reason ("needs prefix caching off", not "... false").
-const PARAM_WORDS = { enable_prefix_caching: "prefix caching" };
-const valueWord = (param, v) => (param === "enable_prefix_caching" ? (v === true || v === "true" ? "on" : "off") : String(v));
+const PARAM_WORDS = { enable_prefix_caching: "prefix caching", async_scheduling: "async scheduling" };
+const SWITCHES = ["enable_prefix_caching", "async_scheduling"];
+const valueWord = (param, v) => (SWITCHES.includes(param) ? (v === true || v === "true" ? "on" : "off") : String(v));
 const sameValue = (a, b) => String(a) === String(b);
 
 /** Why option `value` of `param` would be refused next to the current query (null: it runs as far as the
@@ -220,6 +223,7 @@ function syncControls(bundle) {
   $("c-prefix-why").textContent = flip ? `fixed: ${flip}` : "";
   if (flip) pc.dataset.why = flip;
   else delete pc.dataset.why;
+  syncAsync(bundle);
   const layout = bundle.layout;
   const raised = layout && layout.block_size !== Number(q.block_size)
     ? `raised to ${int(layout.block_size)} tokens (a block holds a state); ` : "";
@@ -251,6 +255,28 @@ function syncControls(bundle) {
       `${esc(d.label)} ${esc(d.run)} (preset: ${esc(d.preset)})`).join(" · ")}. The preset’s description below ` +
       "is true of the preset’s own settings, not of this run; the figures on the page are this run’s.</span> " +
       `<span class="preset-story"><b>The preset with its own settings:</b> ${esc(story)}</span>`;
+}
+
+/** The async scheduling switch: on, the paged track schedules as vLLM's `AsyncScheduler` (a finished request
+ * keeps its blocks through the next step's schedule); off, synchronously (`--no-async-scheduling`, kvsim's
+ * default). Fixed where the server would refuse the other value: the values it needs (`requires`), and where
+ * the lab's replay does not follow it (the server's `async_replays`: a hybrid model, a CPU tier). */
+function syncAsync(bundle) {
+  const q = bundle.query;
+  const opts = lab.presets.options || {};
+  const el = $("c-async");
+  el.checked = q.async_scheduling === true || q.async_scheduling === "true";
+  let flip = whyNot("async_scheduling", !el.checked, bundle);
+  if (!flip && !el.checked && (bundle.layout || Number(q.kv_offloading_bytes || 0) > 0)) {
+    flip = `the lab replays it on ${opts.async_replays || "one full-attention group without a CPU tier"}`;
+  }
+  el.disabled = flip !== null;
+  $("c-async-state").textContent = el.checked ? "ON" : "OFF";
+  $("c-async-why").textContent = flip ? `fixed: ${flip}`
+    : el.checked ? "a finished request holds its blocks until the next step is scheduled"
+      : "synchronous: a finished request frees its blocks at once (--no-async-scheduling)";
+  if (flip) el.dataset.why = flip;
+  else delete el.dataset.why;
 }
 
 /** The CPU tier's control: its memory in MiB (0: none), the chunks it gives, and what it needs where the
