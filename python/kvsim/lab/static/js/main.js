@@ -214,16 +214,11 @@ function syncControls(bundle) {
     ? `= ${int(bundle.num_blocks)} blocks of ${bytes(bundle.bytes_per_block)}, cut from the memory as vLLM does`
     : `${int(bundle.num_blocks)} blocks given (num_blocks) × ${bytes(bundle.bytes_per_block)}`;
   syncTier(bundle);
-  const pc = $("c-prefix");
-  pc.checked = q.enable_prefix_caching === true || q.enable_prefix_caching === "true";
-  // The switch too is refused where the server would refuse it (`requires`).
-  const flip = whyNot("enable_prefix_caching", !pc.checked, bundle);
-  pc.disabled = flip !== null;
-  $("c-prefix-state").textContent = pc.checked ? "ACTIVE" : "OFF";
-  $("c-prefix-why").textContent = flip ? `fixed: ${flip}` : "";
-  if (flip) pc.dataset.why = flip;
-  else delete pc.dataset.why;
-  syncAsync(bundle);
+  syncSwitch(bundle, "enable_prefix_caching", "c-prefix", ["ACTIVE", "OFF"]);
+  // Asynchronous scheduling: fixed off where the lab does not replay it (the server's `async_replays`).
+  const notReplayed = !q.async_scheduling && (bundle.layout || Number(q.kv_offloading_bytes || 0) > 0);
+  syncSwitch(bundle, "async_scheduling", "c-async", ["ON", "OFF"], ASYNC_HINTS,
+    notReplayed ? `the lab replays it on ${opts.async_replays}` : null);
   const layout = bundle.layout;
   const raised = layout && layout.block_size !== Number(q.block_size)
     ? `raised to ${int(layout.block_size)} tokens (a block holds a state); ` : "";
@@ -257,24 +252,16 @@ function syncControls(bundle) {
       `<span class="preset-story"><b>The preset with its own settings:</b> ${esc(story)}</span>`;
 }
 
-/** The async scheduling switch: on, the paged track schedules as vLLM's `AsyncScheduler` (a finished request
- * keeps its blocks through the next step's schedule); off, synchronously (`--no-async-scheduling`, kvsim's
- * default). Fixed where the server would refuse the other value: the values it needs (`requires`), and where
- * the lab's replay does not follow it (the server's `async_replays`: a hybrid model, a CPU tier). */
-function syncAsync(bundle) {
-  const q = bundle.query;
-  const opts = lab.presets.options || {};
-  const el = $("c-async");
-  el.checked = q.async_scheduling === true || q.async_scheduling === "true";
-  let flip = whyNot("async_scheduling", !el.checked, bundle);
-  if (!flip && !el.checked && (bundle.layout || Number(q.kv_offloading_bytes || 0) > 0)) {
-    flip = `the lab replays it on ${opts.async_replays || "one full-attention group without a CPU tier"}`;
-  }
+const ASYNC_HINTS = ["a finished request holds its blocks until the next step is scheduled",
+  "synchronous: a finished request frees its blocks at once (--no-async-scheduling)"];
+/** A switch: its state's word; fixed, saying why, where the server refuses the other value (or `also`). */
+function syncSwitch(bundle, param, id, words, hints = ["", ""], also = null) {
+  const el = $(id);
+  el.checked = bundle.query[param] === true || bundle.query[param] === "true";
+  const flip = whyNot(param, !el.checked, bundle) ?? also;
   el.disabled = flip !== null;
-  $("c-async-state").textContent = el.checked ? "ON" : "OFF";
-  $("c-async-why").textContent = flip ? `fixed: ${flip}`
-    : el.checked ? "a finished request holds its blocks until the next step is scheduled"
-      : "synchronous: a finished request frees its blocks at once (--no-async-scheduling)";
+  $(`${id}-state`).textContent = words[el.checked ? 0 : 1];
+  $(`${id}-why`).textContent = flip ? `fixed: ${flip}` : hints[el.checked ? 0 : 1];
   if (flip) el.dataset.why = flip;
   else delete el.dataset.why;
 }
