@@ -164,3 +164,12 @@ def test_a_cpu_tier_under_async_scheduling_is_refused_before_it_runs():
     with pytest.raises(InvalidArgumentError, match=r"^async_scheduling True: .* not beside a CPU tier"):
         run_track(w, cfg.replace(async_scheduling=True))
     check_against_engine(run_track(w, cfg))
+
+
+@pytest.mark.parametrize("name", ["copilot", "chat", "mooncake"])
+def test_presets_replay_equals_the_engine_under_async_scheduling(name):
+    """The presets the switch runs on (one full-attention group, no tier, v1's knobs) replay as the engine ran
+    them: its time series at every step and the end state."""
+    r = resolve(name, async_scheduling=True)
+    assert r.paged.async_scheduling is True
+    check_against_engine(run_track(r.preset.workload, r.paged, names=r.preset.segment_names))
