@@ -192,7 +192,7 @@ def _by_index(t, seqs):
 def test_the_replayed_tier_is_the_engines_at_every_state(w, cfg):
     if len(w) == 0:
         return
-    # (the lab replays synchronous scheduling only and refuses the asynchronous rule by name)
+    # (the lab refuses the asynchronous rule beside a CPU tier by name: tests/test_lab_async.py)
     check_tier(w, cfg.replace(async_scheduling=None))
 
 

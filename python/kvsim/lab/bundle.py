@@ -103,6 +103,7 @@ CONTROL_LABELS = {
     "contiguous_policy": "Contiguous baseline",
     "placement": "Placement",
     "kv_offloading_bytes": "CPU tier",
+    "async_scheduling": "Async scheduling",
 }
 
 
@@ -119,7 +120,7 @@ def preset_differences(r: Resolved) -> list[dict[str, Any]]:
         q = x.query
         if field == "num_blocks":
             return f"{x.paged.num_blocks:,} blocks"
-        if field == "enable_prefix_caching":
+        if field in ("enable_prefix_caching", "async_scheduling"):
             return "on" if q[field] else "off"
         if field == "kv_offloading_bytes":
             chunks = x.paged.kv_offloading_chunks

@@ -53,6 +53,7 @@ OVERRIDES = (
     "contiguous_policy",
     "placement",
     "kv_offloading_bytes",
+    "async_scheduling",
 )
 # The CPU tier (vLLM's native KV offloading, DESIGN.md §CPU tier): what it runs with (`SimConfig` refuses
 # the rest); the lab says which value stops it, naming both.
@@ -68,7 +69,15 @@ MAX_TIER_CHUNKS = 65_536  # the chunks the page draws, as `max_blocks` bounds th
 REQUIRES: dict[str, dict[str, dict[str, list[Any]]]] = {
     "sampling": {"fork-cow": {"policy": ["vllm"]}},
     "preemption": {"swap": {"policy": ["vllm"]}, "auto": {"policy": ["vllm"]}},
+    # vLLM's `AsyncScheduler` as kvsim's engines model it: v1's scheduler (SimConfig refuses the rest);
+    # a boolean's values are keyed by their JSON words.
+    "async_scheduling": {
+        "true": {"policy": ["vllm"], "sampling": ["independent"], "preemption": ["recompute"]}
+    },
 }
+# What the lab's replay follows under asynchronous scheduling (`kvsim.lab.state.check_replayable`): a model
+# of one full-attention group without a CPU tier. The page's switch says so where it cannot be turned on.
+ASYNC_REPLAYS = "a model of one full-attention group without a CPU tier"
 
 
 class TooLarge(InvalidArgumentError):
@@ -189,6 +198,8 @@ def options() -> dict[str, Any]:
         # A CPU tier (`kv_offloading_bytes`) runs only with these values (on every model offered).
         "tier_needs": TIER_NEEDS,
         "max_tier_chunks": MAX_TIER_CHUNKS,
+        # Asynchronous scheduling (`async_scheduling`) replays on these runs only.
+        "async_replays": ASYNC_REPLAYS,
     }
 
 
@@ -239,6 +250,7 @@ def _contiguous_track(paged: SimConfig, workload: Workload, policy: str) -> SimC
         swap_space_bytes=None,
         kv_offloading_size=None,
         kv_offloading_chunks=0,
+        async_scheduling=None,  # (kvsim's contiguous baselines schedule synchronously)
         max_model_len=given or longest,
         # (kvsim's own baseline, not a vLLM server: the workload's longest request may pass the model's context)
         allow_long_max_model_len=paged.allow_long_max_model_len or given is None,
@@ -319,7 +331,8 @@ def _check_requires(values: dict[str, Any]) -> None:
     options by)."""
     table = requires()
     for param, value in values.items():
-        need = table.get(param, {}).get(value) if isinstance(value, str) else None
+        key = _word(value) if isinstance(value, bool) else value
+        need = table.get(param, {}).get(key) if isinstance(key, str) else None
         for other, allowed in (need or {}).items():
             if values.get(other) in allowed:
                 continue
@@ -332,7 +345,7 @@ def _check_requires(values: dict[str, Any]) -> None:
                 )
             shown = " or ".join(_word(a) for a in allowed)
             raise InvalidArgumentError(
-                f"{param} {value!r} needs {other} {shown}, not {_word(values.get(other))}{why}"
+                f"{param} {_word(value)} needs {other} {shown}, not {_word(values.get(other))}{why}"
             )
 
 
@@ -444,6 +457,9 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
     placement = o.get("placement", cfg.placement)
     _check_choice("placement", placement, PLACEMENTS)
     model_name = model if isinstance(model, str) else model.name
+    asynchronous = o.get("async_scheduling", bool(cfg.async_scheduling))
+    if not isinstance(asynchronous, bool):
+        raise InvalidArgumentError(f"async_scheduling {asynchronous!r} must be true or false")
     _check_requires(
         {
             "model": model_name,
@@ -451,6 +467,7 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
             "sampling": sampling,
             "preemption": preemption,
             "enable_prefix_caching": caching,
+            "async_scheduling": asynchronous,
         }
     )
     tier_bytes = o.get("kv_offloading_bytes", preset_tier_bytes(p))
@@ -458,6 +475,8 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         tier_bytes,
         {"policy": policy, "enable_prefix_caching": caching, "preemption": preemption, "sampling": sampling},
     )
+    if asynchronous:
+        _check_async_replays(model, model_name, tier)
     n = len(p.workload)
     if n > LIMITS["max_requests"]:
         raise TooLarge("requests", f"requests {n} exceed the lab's max_requests {LIMITS['max_requests']}")
@@ -481,6 +500,8 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         kv_offloading_size=None,
         kv_offloading_chunks=0,
         gdn_prefill_backend="triton",
+        # (off: the preset's own value, unset; kvsim's engine then schedules synchronously)
+        async_scheduling=True if asynchronous else cfg.async_scheduling,
     )
     if tier is not None:
         check_tier_chunks(tier_bytes, paged)  # (before the config refuses it, naming its own field)
@@ -498,5 +519,25 @@ def resolve(preset: str = "copilot", **overrides: Any) -> Resolved:
         "contiguous_policy": contiguous_policy,
         "placement": placement,
         "kv_offloading_bytes": tier_bytes,
+        "async_scheduling": asynchronous,
     }
     return Resolved(p, paged, contiguous, query)
+
+
+def _check_async_replays(model: Any, model_name: str, tier: float | None) -> None:
+    """Refuses asynchronous scheduling where the lab's replay does not follow it (`ASYNC_REPLAYS`; the
+    engines run it: `kvsim.simulate`), naming the value that stops it.
+
+    Raises:
+        InvalidArgumentError: a hybrid model, or a CPU tier.
+    """
+    if is_hybrid(model):
+        raise InvalidArgumentError(
+            f"async_scheduling true: the lab replays it on {ASYNC_REPLAYS}, and model {model_name!r} is served "
+            "by vLLM's hybrid KV-cache manager; run it with kvsim.simulate"
+        )
+    if tier is not None:
+        raise InvalidArgumentError(
+            f"async_scheduling true: the lab replays it on {ASYNC_REPLAYS}; set kv_offloading_bytes 0, or run "
+            "it with kvsim.simulate"
+        )

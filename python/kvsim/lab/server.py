@@ -64,6 +64,10 @@ PARAMS: dict[str, tuple[str, str]] = {
         "integer",
         "CPU tier (vLLM's native KV offloading) in bytes of host memory, 0 for none (default: the preset's)",
     ),
+    "async_scheduling": (
+        "boolean",
+        "vLLM's asynchronous scheduling (its default) on the paged track, or synchronous (default: the preset's)",
+    ),
 }
 # /api/state's: which state of each track (the two at one instant: `bundle.snapshot_from`).
 STEP_PARAMS: dict[str, tuple[str, str]] = {

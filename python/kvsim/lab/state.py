@@ -50,6 +50,7 @@ from kvsim.lab.state_hybrid_rows import block_rows as hybrid_block_rows
 from kvsim.lab.state_hybrid_rows import internal_tokens
 from kvsim.lab.state_hybrid_rows import seq_rows as hybrid_seq_rows
 from kvsim.lab.state_seqs import (
+    ADMIT,
     COW_COPY,
     CPU_EVICT,
     CPU_HIT,
@@ -239,19 +240,21 @@ def run_track(
 
 
 def check_replayable(config: SimConfig) -> None:
-    """Refuses, by name, what the replay cannot follow, before a run: asynchronous scheduling (a finished
-    request's blocks and a window's are free a step later, DESIGN.md §Engine; the replay frees them as
-    synchronous scheduling does: a dense run under it parted from the engine's memory by a block at step 660
-    of ten requests, a hybrid one stopped with an internal error), which the page cannot set.
+    """Refuses, by name, what the replay cannot follow, before a run: asynchronous scheduling beside a
+    hybrid model's KV-cache groups or a CPU tier. The replay follows it on one full-attention group
+    (DESIGN.md §Lab): a finished request's blocks are freed after the next step's schedule, and the log's
+    `free` rows after that step's scheduling rows say so (the state after it); the finisher's `schedule` row
+    of count 0 (passed over) counts no token. A hybrid model's windows free a step later and key what has
+    arrived, and a tier defers a finisher's frees to its stores: rules the replay's passes do not follow.
 
     Raises:
         InvalidArgumentError: naming the knob.
     """
-    if config.async_scheduling:
+    if config.async_scheduling and (config.kv_groups or config.kv_offloading_chunks):
+        what = "a hybrid model's KV-cache groups" if config.kv_groups else "a CPU tier"
         raise InvalidArgumentError(
-            "async_scheduling True: the lab's replay frees a finished request's blocks and a window's as "
-            "synchronous scheduling does, where asynchronous scheduling frees them a step later; run it with "
-            "kvsim.simulate"
+            f"async_scheduling True: the lab's replay follows asynchronous scheduling on a model of one "
+            f"full-attention group without a CPU tier, not beside {what}; run it with kvsim.simulate"
         )
 
 
@@ -284,11 +287,13 @@ def _event_states(
     seq: np.ndarray,
     num_steps: int,
     before_step: np.ndarray | None = None,
+    empty_iterations: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per event: the state it belongs to, whether it follows its step's sampling (a finish and the frees
     after it, a fork, a reject: the leading run of such events among those carrying one step count; with
     a CPU tier, every event up to a count's last observation and every one `before_step` marks: it
-    happened before its step count's step started), and
+    happened before its step count's step started; under asynchronous scheduling, `empty_iterations`, an
+    iteration that preempted and scheduled nothing: `_empty_iterations`), and
     the index of its sequence's latest release (finish, preempt, swap-out) at or before it (-1: none)."""
     n = len(kind)
     if n and bool((step[1:] < step[:-1]).any()):
@@ -303,9 +308,16 @@ def _event_states(
     # (a hybrid model's tier frees the blocks a finishing request's windows left behind, `window` rows,
     # before its other blocks)
     after_finish = np.isin(kind, (FREE, WINDOW)) & (last_rel >= 0) & (kind[np.maximum(last_rel, 0)] == FINISH)
+    starts = _group_starts(step)  # the log is in step order: each step count's first event
+    if empty_iterations:
+        # Asynchronous scheduling frees a finisher after the next step's schedule (the state after it),
+        # unless that schedule was empty: then the engine frees it and schedules again before the step
+        # starts, and an admission of that step count follows its frees.
+        admits = np.where(kind == ADMIT, np.arange(n), -1)
+        last_admit = np.maximum.reduceat(admits, starts) if n else admits
+        after_finish &= np.arange(n) < np.repeat(last_admit, np.diff(np.append(starts, n)))
     pred = np.isin(kind, tuple(POST_STEP)) | after_finish
     others = np.cumsum(~pred)
-    starts = _group_starts(step)  # the log is in step order: each step count's first event
     first = np.repeat(starts, np.diff(np.append(starts, n)))
     before = np.where(first > 0, others[np.maximum(first - 1, 0)], 0)
     post = pred & (others - before == 0)
@@ -320,8 +332,29 @@ def _event_states(
         post |= np.arange(n) <= np.repeat(group_last, np.diff(np.append(starts, n)))
     if before_step is not None:
         post |= before_step
+    if empty_iterations:
+        post |= _empty_iterations(kind, starts)
     st = np.minimum(np.where(post, step, step + 1), num_steps)
     return st, post, last_rel
+
+
+def _empty_iterations(kind: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The events of iterations that preempted and scheduled nothing, counted as no step, before a later
+    iteration's admission carrying the same step count: they happened before that step started (its
+    state's). An iteration that preempts admits nothing (vLLM's waiting phase runs only if the running phase
+    preempted nothing), so an `admit` after a `preempt` of one step count is a later iteration's; and one
+    that preempted but scheduled some running request counted a step. Under asynchronous scheduling a
+    finisher given its discarded token preempts itself so (DESIGN.md §Engine, "Asynchronous scheduling")."""
+    n = len(kind)
+    out = np.zeros(n, bool)
+    ends = np.append(starts[1:], n)
+    for p in np.flatnonzero(kind == PREEMPT).tolist():
+        g = int(np.searchsorted(starts, p, "right")) - 1
+        lo, hi = int(starts[g]), int(ends[g])
+        admits = np.flatnonzero(kind[p:hi] == ADMIT)
+        if len(admits):
+            out[lo : p + int(admits[0])] = True
+    return out
 
 
 def _replay(
@@ -350,7 +383,7 @@ def _replay(
         # A CPU tier: what a step that scheduled nothing did (loads admitted, the finished requests' last
         # stores) carries the count of the next step but happened before it started.
         before_step = _i64(ev["time_ps"]) < step_ps[np.minimum(step, len(step_ps) - 1)]
-    st, post, last_rel = _event_states(step, kind, seq, num_steps, before_step)
+    st, post, last_rel = _event_states(step, kind, seq, num_steps, before_step, bool(config.async_scheduling))
     hr = None
     if paged and config.kv_groups:
         # A hybrid model: the manager's pass first, for the tokens each admission's prefix hit covered.

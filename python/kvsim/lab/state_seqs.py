@@ -172,6 +172,13 @@ class _SeqPass:
         batch = res.raw.timeseries["batch"].tolist() if config.kv_offloading_chunks else []
         ext = [0, False]  # the space's external fragmentation, and whether a region changed since
 
+        # The sequences that finished at the current state (asynchronous scheduling schedules them once
+        # more: `resume`).
+        finishers: list[int] = []
+
+        def running(i: int) -> bool:
+            return seqs[i].status == "running"
+
         def set_status(s: _Seq, status: str) -> None:
             counts[s.status] -= 1
             counts[status] += 1
@@ -280,6 +287,8 @@ class _SeqPass:
             while pos < n_ev and e_step[pos] == k and e_post[pos]:
                 kind, s = e_kind[pos], seqs[e_seq[pos]]
                 if kind == FINISH:
+                    if config.async_scheduling:
+                        finishers.append(s.idx)
                     materialize(s, k)
                     logical -= s.c
                     set_status(s, "finished")
@@ -361,6 +370,12 @@ class _SeqPass:
                     aux[e_idx[pos]] = s.c
                 else:
                     first_sample[s.request_id] = i
+            elif kind == PREEMPT and s.status == "finished":
+                # Asynchronous scheduling: a finisher still in the running list preempted for the tail
+                # (DESIGN.md §Engine, "Preempting a finisher"): its blocks freed, it stays finished.
+                aux[e_idx[pos]] = s.c
+                if i in finishers:
+                    finishers.remove(i)
             elif kind in (PREEMPT, SWAP_OUT):
                 logical -= s.c
                 aux[e_idx[pos]] = s.c
@@ -401,7 +416,10 @@ class _SeqPass:
             request resuming to compute one token, a whole prompt loaded, has neither a `schedule` row nor
             an allocation), so their number is the step's batch beyond the running sequences it schedules.
             Returns the change of the running sequences' tokens."""
-            m = batch[j] - counts["running"] + sum(1 for v in listed.values() if v == 0)
+            # (under asynchronous scheduling a finisher of the step before is still scheduled: passed
+            # over, a row with count 0, or given a token it discards, in the batch without a row)
+            m = batch[j] - counts["running"] + sum(1 for i, v in listed.items() if v == 0 and running(i))
+            m -= sum(1 for i in finishers if i not in listed)
             ready = [i for i in held_order if i in landed]
             if (
                 m < 0
@@ -450,8 +468,10 @@ class _SeqPass:
             touched, listed = step_events(j)
             if landed:
                 logical += resume(j, touched, listed)
-            # Step j computes a token for every running sequence, or its listed count.
-            logical += counts["running"] + sum(listed.values()) - len(listed)
+            # Step j computes a token for every running sequence, or its listed count (a finisher's row,
+            # under asynchronous scheduling, counts nothing: its tokens left `logical` at its finish).
+            logical += counts["running"] + sum(v - 1 for i, v in listed.items() if running(i))
+            finishers.clear()
             for i in touched:
                 s = seqs[i]
                 if s.status == "running":

@@ -15,7 +15,7 @@ import { TierView } from "./tier.js";
 
 const $ = (id) => document.getElementById(id);
 const PARAMS = ["preset", "model", "block_size", "kv_cache_bytes", "num_blocks", "enable_prefix_caching", "policy",
-  "sampling", "preemption", "contiguous_policy", "placement", "kv_offloading_bytes"];
+  "sampling", "preemption", "contiguous_policy", "placement", "kv_offloading_bytes", "async_scheduling"];
 const MIB = 2 ** 20;
 const OPTION_LISTS = {
   model: "models", block_size: "block_sizes", policy: "policies", sampling: "samplings",
@@ -109,6 +109,8 @@ function writeUrl() {
     const u = new URLSearchParams();
     for (const p of PARAMS) {
       const v = r.bundle.query[p];
+      // (synchronous scheduling, the presets' own, needs no word in a link)
+      if (p === "async_scheduling" && v === false) continue;
       if (v !== undefined && v !== null) u.set(p, String(v));
     }
     u.set("step", String(lab.step));
@@ -138,8 +140,9 @@ function poolBytes(bundle) {
 }
 
 // How a parameter and its values read in a reason ("needs prefix caching off", not "... false").
-const PARAM_WORDS = { enable_prefix_caching: "prefix caching" };
-const valueWord = (param, v) => (param === "enable_prefix_caching" ? (v === true || v === "true" ? "on" : "off") : String(v));
+const PARAM_WORDS = { enable_prefix_caching: "prefix caching", async_scheduling: "async scheduling" };
+const SWITCHES = ["enable_prefix_caching", "async_scheduling"];
+const valueWord = (param, v) => (SWITCHES.includes(param) ? (v === true || v === "true" ? "on" : "off") : String(v));
 const sameValue = (a, b) => String(a) === String(b);
 
 /** Why option `value` of `param` would be refused next to the current query (null: it runs as far as the
@@ -211,15 +214,11 @@ function syncControls(bundle) {
     ? `= ${int(bundle.num_blocks)} blocks of ${bytes(bundle.bytes_per_block)}, cut from the memory as vLLM does`
     : `${int(bundle.num_blocks)} blocks given (num_blocks) × ${bytes(bundle.bytes_per_block)}`;
   syncTier(bundle);
-  const pc = $("c-prefix");
-  pc.checked = q.enable_prefix_caching === true || q.enable_prefix_caching === "true";
-  // The switch too is refused where the server would refuse it (`requires`).
-  const flip = whyNot("enable_prefix_caching", !pc.checked, bundle);
-  pc.disabled = flip !== null;
-  $("c-prefix-state").textContent = pc.checked ? "ACTIVE" : "OFF";
-  $("c-prefix-why").textContent = flip ? `fixed: ${flip}` : "";
-  if (flip) pc.dataset.why = flip;
-  else delete pc.dataset.why;
+  syncSwitch(bundle, "enable_prefix_caching", "c-prefix", ["ACTIVE", "OFF"]);
+  // Asynchronous scheduling: fixed off where the lab does not replay it (the server's `async_replays`).
+  const notReplayed = !q.async_scheduling && (bundle.layout || Number(q.kv_offloading_bytes || 0) > 0);
+  syncSwitch(bundle, "async_scheduling", "c-async", ["ON", "OFF"], ASYNC_HINTS,
+    notReplayed ? `the lab replays it on ${opts.async_replays}` : null);
   const layout = bundle.layout;
   const raised = layout && layout.block_size !== Number(q.block_size)
     ? `raised to ${int(layout.block_size)} tokens (a block holds a state); ` : "";
@@ -251,6 +250,20 @@ function syncControls(bundle) {
       `${esc(d.label)} ${esc(d.run)} (preset: ${esc(d.preset)})`).join(" · ")}. The preset’s description below ` +
       "is true of the preset’s own settings, not of this run; the figures on the page are this run’s.</span> " +
       `<span class="preset-story"><b>The preset with its own settings:</b> ${esc(story)}</span>`;
+}
+
+const ASYNC_HINTS = ["a finished request holds its blocks until the next step is scheduled",
+  "synchronous: a finished request frees its blocks at once (--no-async-scheduling)"];
+/** A switch: its state's word; fixed, saying why, where the server refuses the other value (or `also`). */
+function syncSwitch(bundle, param, id, words, hints = ["", ""], also = null) {
+  const el = $(id);
+  el.checked = bundle.query[param] === true || bundle.query[param] === "true";
+  const flip = whyNot(param, !el.checked, bundle) ?? also;
+  el.disabled = flip !== null;
+  $(`${id}-state`).textContent = words[el.checked ? 0 : 1];
+  $(`${id}-why`).textContent = flip ? `fixed: ${flip}` : hints[el.checked ? 0 : 1];
+  if (flip) el.dataset.why = flip;
+  else delete el.dataset.why;
 }
 
 /** The CPU tier's control: its memory in MiB (0: none), the chunks it gives, and what it needs where the
