@@ -29,7 +29,10 @@ their arrival; a request that has computed all its tokens samples one token, a f
 `max_tokens`), and writes one JSON file: the scenario, then per step the tokens each request was
 scheduled, its block table in every group (0: the null block) and the free blocks. The scenarios of
 `ASYNC_SCENARIOS` are also recorded under vLLM's `AsyncScheduler` (`async_<name>.json`, `_drive_async`:
-the engine core's batch queue of two, each step's start `t` recorded). `tests/test_hybrid_
+the engine core's batch queue of two, each step's start `t` recorded), and so, only so, are
+`STOP_SCENARIOS`: requests `(arrival, segments, max_tokens, stop_at)` given a stop token at their
+`stop_at`-th output token, below `max_tokens` (`sampling_params`), which vLLM cannot foresee, so it
+schedules each one token more, discarded. `tests/test_hybrid_
 golden.py` replays each scenario on both of kvsim's engines and compares. kvsim never imports vLLM: CI
 reads the files only.
 """
@@ -40,6 +43,9 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+# (plain data, this script's folder is on sys.path when run)
+from vllm_stops import with_stops
 
 # Scenarios: groups as (kind, window, block_size); requests as (arrival step, [(content, tokens), ...],
 # max_tokens). Content `c`'s token `i` is token id `c * 100_000 + i` (kvsim's segment (c, n) is the first n
@@ -623,6 +629,59 @@ ASYNC_SCENARIOS = [
 ]
 
 
+def sampling_params(cls: Any, rid: int, r: Any) -> Any:
+    """Request `rid`'s `SamplingParams` (`cls`) from its `(arrival, segments, max_tokens[, stop_at])`: it runs
+    to `max_tokens` (`ignore_eos`); with `stop_at` below `max_tokens` it stops early, at its `stop_at`-th
+    output token, whose id (900_000 + rid * 1000 + stop_at - 1, the one the driver samples there) is its
+    stop token (`stop_token_ids`, vLLM's `check_stop`): an end of sequence the scheduler cannot foresee."""
+    if len(r) > 3:
+        assert 1 <= r[3] < r[2], f"request {rid}: stop_at {r[3]} must be below max_tokens {r[2]}"
+        return cls(max_tokens=r[2], ignore_eos=True, stop_token_ids=[900_000 + rid * 1000 + r[3] - 1])
+    return cls(max_tokens=r[2], ignore_eos=True)
+
+
+# Requests that stop early (a fourth element, `stop_at`, below `max_tokens`: `sampling_params`), recorded
+# only under the `AsyncScheduler`, which schedules such a request one token more (discarded) after the
+# token that stops it: full attention alone, a window beside it, a window alone, a state beside it.
+STOP_SCENARIOS: dict[str, dict[str, Any]] = {
+    "stop_full": {
+        # Full attention alone (one group). Request 0 stops at its 4th token of 12: its discarded token
+        # (position 8) starts a third block; request 1 stops at its 1st (its prefill's token); request 2
+        # waits for the blocks request 0 holds through its discarded token.
+        "groups": [("full", 0, 4)],
+        "num_blocks": 8,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 16,
+        "requests": [
+            (0, [(60, 5)], 12, 4),
+            (0, [(61, 7)], 6, 1),
+            (1, [(62, 14)], 3),
+            (2, [(60, 5), (63, 8)], 9, 5),
+            (6, [(64, 3)], 4, 2),
+        ],
+    },
+    "stop_swa_full": {
+        # A window of 8 beside full attention, a pool that makes requests wait: request 0's discarded
+        # token (position 12) starts a block in both groups.
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 14,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 16,
+        "requests": [
+            (0, [(70, 9)], 10, 4),
+            (0, [(71, 11)], 8, 3),
+            (1, [(70, 9), (72, 6)], 6, 2),
+            (2, [(73, 10)], 4),
+            (3, [(70, 9), (74, 3)], 9, 5),
+        ],
+    },
+    "stop_gpt_oss_like_pressure": with_stops(SCENARIOS["gpt_oss_like_pressure"], 1),
+    "stop_window_only_model": with_stops(SCENARIOS["window_only_model"], 2),
+    "stop_mamba_align_pressure": with_stops(SCENARIOS["mamba_align_pressure"], 3),
+}
+ASYNC_SCENARIOS += list(STOP_SCENARIOS)
+
+
 def _drive_async(
     s: Any, sc: dict[str, Any], hasher: Any, Request: Any, SamplingParams: Any, MRO: Any
 ) -> list:
@@ -639,11 +698,11 @@ def _drive_async(
     t = 0  # the start of the next step launched
     for _ in range(1000):
         now = t - 1 if in_flight is not None else t  # when this schedule runs
-        for rid, (arrival, segments, max_tokens) in list(pending):
-            if arrival <= now:
-                params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-                s.add_request(Request(str(rid), token_ids(segments), params, None, block_hasher=hasher))
-                pending.remove((rid, (arrival, segments, max_tokens)))
+        for rid, r in list(pending):
+            if r[0] <= now:
+                params = sampling_params(SamplingParams, rid, r)
+                s.add_request(Request(str(rid), token_ids(r[1]), params, None, block_hasher=hasher))
+                pending.remove((rid, r))
         out = s.schedule()
         if not out.num_scheduled_tokens:
             if in_flight is not None:
@@ -651,7 +710,7 @@ def _drive_async(
                 in_flight = None
                 continue
             if pending:
-                t = max(t, min(arrival for _, (arrival, _, _) in pending))
+                t = max(t, min(r[0] for _, r in pending))
                 continue
             assert not s.has_requests(), "nothing schedulable"
             break
@@ -714,7 +773,7 @@ def main(argv: list[str]) -> int:
     for name in ASYNC_SCENARIOS:
         if only and f"async_{name}" not in only:
             continue
-        data = record(name, SCENARIOS[name], async_scheduling=True)
+        data = record(name, {**SCENARIOS, **STOP_SCENARIOS}[name], async_scheduling=True)
         (out / f"async_{name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
         print(f"async_{name}: {len(data['steps'])} steps")
     return 0

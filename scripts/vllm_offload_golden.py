@@ -29,7 +29,10 @@ queue of two, transfers of zero duration) into another folder, the one the async
     PYTHONPATH=/tmp/ah_vllm033 /tmp/venv-vllm034/bin/python scripts/vllm_offload_golden.py \
         tests/data/vllm_offload_async async_store_then_load ...
 
-(the names `async_<scenario>`; with no names it records every scenario into the one folder).
+(the names `async_<scenario>`; with no names it records every scenario into the one folder). So are
+`STOP_SCENARIOS`, only there: requests `(arrival, segments, max_tokens, stop_at)` that stop early, at their
+`stop_at`-th output token, by a stop token below their `max_tokens` (`sampling_params`), so that vLLM
+schedules each one token more, discarded (DESIGN.md §Engine, "Asynchronous scheduling").
 `tests/test_offload_async_golden.py` replays them (DESIGN.md §Engine, "Asynchronous scheduling", *With a CPU
 tier*); the hybrid recorder's `record_async` drives the same queue (`batch_queue`) over several KV-cache
 groups.
@@ -44,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 # (the release helpers are the hybrid recorder's, one place; this script's folder is on sys.path when run)
-from vllm_hybrid_golden import req_id_to_index, sampled_tokens, vllm_version
+from vllm_hybrid_golden import req_id_to_index, sampled_tokens, sampling_params, vllm_version
+from vllm_stops import with_stops
 
 # Content `c`'s token `i` is token id `c * 100_000 + i` (kvsim's segment (c, n) is the first n tokens of
 # content c); request r's k-th output token is 900_000 + r * 1000 + k (never shared).
@@ -571,6 +575,36 @@ ASYNC_SCENARIOS = [
 ]
 
 
+# Requests that stop early (a fourth element, `stop_at`, below `max_tokens`: `sampling_params`), recorded
+# only under the `AsyncScheduler` (`async_<name>.json`), which schedules such a request one token more
+# (discarded) after the token that stops it.
+STOP_SCENARIOS: dict[str, dict[str, Any]] = {
+    "stop_new_block": {
+        # Request 0 stops at its 4th token of 12: its discarded token (position 8) starts a third block,
+        # freed at that batch's output (`defer_block_free`); request 1 stops at its prefill's token;
+        # request 3, sharing request 0's prompt, waits for the blocks they hold.
+        "num_blocks": 9,
+        "block_size": 4,
+        "cpu_chunks": 16,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 16,
+        "requests": [
+            (0, [(60, 5)], 12, 4),
+            (0, [(61, 7)], 6, 1),
+            (1, [(62, 14)], 3),
+            (2, [(60, 5), (63, 8)], 9, 5),
+            (6, [(64, 3)], 4, 2),
+            (7, [(62, 14)], 5, 3),
+        ],
+    },
+    "stop_store_then_load": with_stops(SCENARIOS["store_then_load"], 4),
+    "stop_preempt_with_store_in_flight": with_stops(SCENARIOS["preempt_with_store_in_flight"], 5),
+    "stop_tier_full": with_stops(SCENARIOS["tier_full"], 6),
+    **{f"stop_random_{seed}": with_stops(SCENARIOS[f"random_{seed}"], seed) for seed in range(4)},
+}
+ASYNC_SCENARIOS += list(STOP_SCENARIOS)
+
+
 def _tables(s: Any) -> dict[str, list[int]]:
     """Each request's block ids after a step (those holding any), in request order."""
     coordinator = s.kv_cache_manager.coordinator
@@ -682,7 +716,7 @@ def batch_queue(
     for _ in range(limit):
         for rid, r in list(pending):
             if r[0] <= now:
-                params = SamplingParams(max_tokens=r[2], ignore_eos=True)
+                params = sampling_params(SamplingParams, rid, r)
                 s.add_request(Request(str(rid), token_ids(r[1]), params, None, block_hasher=hasher))
                 arrivals[rid] = now
                 pending.remove((rid, r))
@@ -751,7 +785,7 @@ def main(argv: list[str]) -> int:
     for name in ASYNC_SCENARIOS:
         if only and f"async_{name}" not in only:
             continue
-        data = record_async(name, SCENARIOS[name])
+        data = record_async(name, {**SCENARIOS, **STOP_SCENARIOS}[name])
         (out / f"async_{name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
         print(f"async_{name}: {len(data['steps'])} steps, {data['flushes']} flushes")
     return 0

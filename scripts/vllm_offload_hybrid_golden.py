@@ -18,7 +18,9 @@ core's batch queue of two, transfers of zero duration, as `scripts/vllm_offload_
     cd scripts && PYTHONPATH=/tmp/ah_vllm033 /tmp/venv-vllm034/bin/python vllm_offload_hybrid_golden.py \
         ../tests/data/vllm_offload_hybrid_async async
 
-and vLLM 0.34.0's the same without `PYTHONPATH` into `tests/data/vllm_offload_hybrid_async_034`.
+and vLLM 0.34.0's the same without `PYTHONPATH` into `tests/data/vllm_offload_hybrid_async_034`. Among
+them `STOP_SCENARIOS` (recorded only so): requests `(arrival, segments, max_tokens, stop_at)` that stop
+early by a stop token below their `max_tokens` (`scripts/vllm_hybrid_golden.py`'s `sampling_params`).
 `tests/test_offload_hybrid_async_golden.py` replays both.
 
 The recorder is `scripts/vllm_offload_golden.py`'s (its worker stand-in `Worker` and its clock `Clock`,
@@ -81,6 +83,7 @@ from typing import Any
 # The single-group recorder's stand-in worker and clock (kvsim's).
 from vllm_offload_golden import Clock, Worker, batch_queue, req_id_to_index, vllm_version
 from vllm_offload_hybrid_scenarios import MAX_MODEL_LEN, SCENARIOS
+from vllm_stops import with_stops
 
 PAGE_BYTES = 4096  # one GPU block's bytes (every group's) in the recorder's KV-cache config
 
@@ -362,6 +365,51 @@ def record(name: str, sc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Requests that stop early (a fourth element, `stop_at`, below `max_tokens`), recorded only under the
+# `AsyncScheduler` (`async_<name>.json`), which schedules such a request one token more (discarded) after
+# the token that stops it: a window beside full attention, a state beside it.
+STOP_SCENARIOS: dict[str, dict[str, Any]] = {
+    "stop_swa_new_block": {
+        # Request 0 stops at its 4th token of 10: its discarded token (position 12) starts a block in both
+        # groups, freed at that batch's output; request 3 waits for the blocks it holds.
+        "groups": [("sliding_window", 8, 4), ("full", 0, 4)],
+        "num_blocks": 16,
+        "cpu_chunks": 40,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 16,
+        "requests": [
+            (0, [(70, 9)], 10, 4),
+            (0, [(71, 11)], 8, 3),
+            (1, [(72, 10)], 4),
+            (2, [(70, 9), (73, 6)], 6, 2),
+            (5, [(70, 9), (74, 3)], 9, 5),
+        ],
+    },
+    "stop_mamba_new_block": {
+        # A state group beside full attention (block 16): request 0's discarded token (position 80) starts
+        # a block; request 2 waits for its blocks.
+        "groups": [("mamba", 0, 16), ("full", 0, 16)],
+        "num_blocks": 12,
+        "cpu_chunks": 40,
+        "max_num_seqs": 3,
+        "max_num_batched_tokens": 64,
+        "requests": [
+            (0, [(75, 77)], 12, 4),
+            (1, [(76, 40)], 6, 2),
+            (2, [(75, 77), (77, 20)], 5),
+            (3, [(78, 30)], 9, 3),
+        ],
+    },
+    "stop_swa_store_then_load": with_stops(SCENARIOS["swa_store_then_load"], 11),
+    "stop_swa_preempt_store_in_flight": with_stops(SCENARIOS["swa_preempt_store_in_flight"], 12),
+    "stop_mamba_align_full": with_stops(SCENARIOS["mamba_align_full"], 13),
+    "stop_mamba_decode": with_stops(SCENARIOS["mamba_decode"], 14),
+    "stop_random_0": with_stops(SCENARIOS["random_0"], 15),
+    "stop_random_1": with_stops(SCENARIOS["random_1"], 16),
+    "stop_mamba_random_0": with_stops(SCENARIOS["mamba_random_0"], 17),
+    "stop_mamba_random_2": with_stops(SCENARIOS["mamba_random_2"], 18),
+}
+
 # Scenarios also recorded under vLLM's `AsyncScheduler` with the engine core's batch queue of two
 # (`async_<name>.json`, `record_async`), transfers of zero duration: a window or local chunks beside full
 # attention and Mamba states beside it, with loads, stores, flushes and preemptions among them.
@@ -388,6 +436,7 @@ ASYNC_SCENARIOS = [
     "unequal_0",
     "mamba_random_0",
     "mamba_random_2",
+    *STOP_SCENARIOS,
 ]
 
 
@@ -512,7 +561,7 @@ def main(argv: list[str]) -> int:
     for name in ASYNC_SCENARIOS:
         if not every_async and f"async_{name}" not in only:
             continue
-        _write(out, f"async_{name}", record_async(name, SCENARIOS[name]))
+        _write(out, f"async_{name}", record_async(name, {**SCENARIOS, **STOP_SCENARIOS}[name]))
     return 0
 
 

@@ -2,7 +2,8 @@
 
 `scripts/vllm_hybrid_golden.py` drove vLLM's real `Scheduler` and KV-cache manager (on CPU, from its PyPI
 wheel; `async_*.json`: its `AsyncScheduler` under the engine core's batch queue of two, kvsim's
-`async_scheduling`) through each scenario and recorded, after every step's scheduling, the tokens each request was
+`async_scheduling`; `async_stop_*.json`: requests that stop early, by a stop token below their `max_tokens`,
+so that vLLM schedules each a discarded token) through each scenario and recorded, after every step's scheduling, the tokens each request was
 scheduled, its block table in every group and the free blocks (`tests/data/vllm_hybrid/*.json`). Both of
 kvsim's engines replay the same requests and must make the same decisions with the same block ids: the
 tables are rebuilt from kvsim's event log (prefix hits and allocations append to a group's table, a
@@ -60,22 +61,25 @@ def config_of(sc: dict) -> kvsim.SimConfig:
         # (vLLM's `AsyncScheduler` recorded: `async_*.json`; else its `Scheduler`, kvsim's synchronous engine)
         async_scheduling=True if sc.get("async_scheduling") else None,
     )
+    # (full attention alone is kvsim's ordinary pool, no KV-cache groups)
     assert [(g.kind, g.window if g.kind != "mamba" else 0, g.block_size) for g in cfg.kv_groups] == [
-        tuple(g) for g in sc["groups"]
+        tuple(g) for g in sc["groups"] if sc["groups"] != [["full", 0, attn_bs]]
     ]
     return cfg
 
 
 def workload_of(sc: dict) -> Workload:
     offsets, ids, lens = [0], [], []
-    for _, segments, _ in sc["requests"]:
-        for content, n in segments:
+    for r in sc["requests"]:
+        for content, n in r[1]:
             ids.append(content)
             lens.append(n)
         offsets.append(len(ids))
+    # (arrival, segments, max_tokens[, stop_at]): a request with `stop_at` stops early, at that output token
     return Workload(
-        arrival=[arrival * 1e-3 for arrival, _, _ in sc["requests"]],
-        output_len=[m for _, _, m in sc["requests"]],
+        arrival=[r[0] * 1e-3 for r in sc["requests"]],
+        output_len=[r[3] if len(r) > 3 else r[2] for r in sc["requests"]],
+        max_tokens=[r[2] for r in sc["requests"]],
         seg_offsets=offsets,
         segment_id=ids,
         segment_len=lens,

@@ -3,7 +3,9 @@ tier*), replayed block for block on both engines.
 
 `scripts/vllm_offload_golden.py`'s `record_async` drove vLLM 0.33.0's own `AsyncScheduler` with its
 `OffloadingConnector` (on CPU) under the engine core's batch queue of two, transfers of zero duration,
-through twelve of the offload scenarios (`tests/data/vllm_offload_async/async_*.json`: per batch that
+through twelve of the offload scenarios and eight whose requests stop early (`async_stop_*`: a stop token
+below their `max_tokens`, which vLLM cannot foresee, so it schedules each a discarded token)
+(`tests/data/vllm_offload_async/async_*.json`: per batch that
 computed tokens, its start `t`, the tokens scheduled, every table after its schedule, the loads and stores
 issued since the batch before that computed, the chunks in the tier; and per batch launched, empty ones
 too, what it scheduled, loaded, stored, preempted and named finished). Both of kvsim's engines replay the
@@ -130,18 +132,92 @@ def assert_batches(res: kvsim.SimResult, sc: dict) -> None:
     step_at = {round(st["t"] * 1e9): j for j, st in enumerate(steps)}
     end_at = {round(st.get("end", st["t"] + 1) * 1e9): j for j, st in enumerate(steps)}
     first: dict[int, int] = {}
-    last: dict[int, int] = {}
     for j, step in enumerate(steps):
         for r in step["scheduled"]:
             first.setdefault(int(r), j)
-            last[int(r)] = j
+    # A request finishes in the batch whose output names it finished to the connector two batches later
+    # (`test_the_records_follow_the_written_rule`): not its last scheduled one where it stops early, whose
+    # discarded token the batch after computes.
+    computing = [k for k, b in enumerate(sc["batches"]) if b["scheduled"]]
+    last = {int(r): computing.index(k - 2) for k, b in enumerate(sc["batches"]) for r in b["finished"]}
     n = len(sc["requests"])
+    assert sorted(last) == list(range(n))
     req = res.requests.sort("request_id")
     assert [step_at[round(t * 1e12)] for t in req["first_scheduled"]] == [first[r] for r in range(n)]
     assert [end_at[round(t * 1e12)] for t in req["finish"]] == [last[r] for r in range(n)]
     assert res.summary["completed"] == n
     assert res.raw.counters["num_flushes"] == sc["flushes"]
     assert res.raw.counters["num_preemptions"] == sc["preemptions"]
+
+
+def finish_gaps(sc: dict) -> tuple[list[int], int]:
+    """For each finisher a recording's batches name to the connector (`finished_req_ids`), the batches from
+    the one that sampled its last token to that one; and how many of them the batch after that scheduled
+    a discarded token (one token of a request that stops early, `stop_at`, below its `max_tokens`: vLLM
+    could not foresee its end), asserted to be one token in the batch right after."""
+    batches = sc["batches"]
+    sched = [set(b["scheduled"]) for b in batches]
+    gaps, discarded = [], 0
+    for k, b in enumerate(batches):
+        for r in b["finished"]:
+            m = max(m for m in range(k) if r in sched[m])
+            if len(sc["requests"][int(r)]) > 3 and k - m == 1:
+                assert batches[m]["scheduled"][r] == 1, (sc["name"], k, r)
+                assert r in sched[m - 1], (sc["name"], k, r)
+                discarded += 1
+                m -= 1
+            gaps.append(k - m)
+    return gaps, discarded
+
+
+def discarded_tokens(sc: dict) -> list[tuple[bool, bool, bool]]:
+    """The discarded tokens a recording holds whole, each as (its request was decoding, it starts a new
+    block, another request that had arrived by its batch's start was first scheduled after that batch): a
+    request that stops early (`stop_at` below its `max_tokens`) and was not preempted, scheduled its prompt
+    and `stop_at` tokens in all, the last one alone in the batch after the one that sampled its stop
+    token. A recording of the no-tier driver (`tests/data/vllm_hybrid`) lists only the batches that
+    computed, as `steps`, with its requests' arrivals in them."""
+    steps = [st for st in sc["steps"] if st["scheduled"]]
+    batches = [b["scheduled"] for b in sc.get("batches", steps) if b["scheduled"]]
+    arrivals = sc.get("arrivals", [r[0] for r in sc["requests"]])
+    groups = sc.get("groups", [("full", 0, sc.get("block_size"))])
+    bs = min(g[2] for g in groups if g[0] != "mamba")
+    first = {}
+    for k, b in enumerate(batches):
+        for r in b:
+            first.setdefault(int(r), k)
+    out = []
+    for i, req in enumerate(sc["requests"]):
+        if len(req) < 4:
+            continue
+        ks = [k for k, b in enumerate(batches) if str(i) in b]
+        prompt = sum(n for _, n in req[1])
+        if sum(batches[k][str(i)] for k in ks) != prompt + req[3] or batches[ks[-1]][str(i)] != 1:
+            continue
+        assert ks[-2] == ks[-1] - 1, (sc["name"], i)
+        t = steps[ks[-1]]["t"]
+        waited = any(arrivals[j] <= t and first[j] > ks[-1] for j in range(len(sc["requests"])))
+        out.append((req[3] >= 2, (prompt + req[3] - 1) % bs == 0, waited))
+    return out
+
+
+def test_the_stop_records_reach_the_discarded_token():
+    """The recordings whose requests stop early (`async_stop_*`, DESIGN.md §Engine, "Asynchronous
+    scheduling") hold discarded tokens of requests that were decoding, that start a new block and that
+    are scheduled while another request waits, one full-attention group with a tier, hybrid groups without
+    one and with one: the counts DESIGN.md gives (held whole, decoding, a new block, another waiting)."""
+    data = Path(__file__).parent / "data"
+    for folder, counts in (
+        ("vllm_offload_async", (21, 19, 9, 10)),
+        ("vllm_hybrid", (11, 10, 3, 6)),
+        ("vllm_offload_hybrid_async", (19, 16, 7, 13)),
+    ):
+        found = [
+            t
+            for p in sorted((data / folder).glob("async_stop_*.json"))
+            for t in discarded_tokens(json.loads(p.read_text()))
+        ]
+        assert (len(found), *(sum(t[c] for t in found) for c in range(3))) == counts, folder
 
 
 def _batches(name: str) -> tuple[list[dict], list[set[str]]]:
@@ -155,29 +231,33 @@ def test_the_records_follow_the_written_rule():
     batches after the load (synchronously: one); a finisher reaches the connector (`finished_req_ids`) two
     batches after its last (synchronously: one); a preempted request was never scheduled in the batch
     before, which is in flight (`defer_block_free`; synchronously a request preempts itself, the running
-    tail, in the step after it ran)."""
-    load_gaps, finish_gaps, victims = [], [], 0
+    tail, in the step after it ran). A request that stops early (`async_stop_*`) is scheduled one token
+    more, discarded, in the batch after the one that sampled its stop token, which vLLM learns of after
+    that schedule."""
+    load_gaps, gaps, victims, discarded = [], [], 0, 0
     for name in SCENARIOS:
         batches, sched = _batches(name)
         for k, b in enumerate(batches):
             for r, _ in b["loads"]:
                 load_gaps.append(next(m for m in range(k, len(batches)) if r in sched[m]) - k)
-            for r in b["finished"]:
-                finish_gaps.append(k - max(m for m in range(k) if r in sched[m]))
             for r in b["preempted"]:
                 assert r not in sched[k - 1], (name, k, r)
                 victims += 1
+        g, d = finish_gaps(load(name))
+        gaps += g
+        discarded += d
     assert load_gaps
     assert set(load_gaps) == {2}, load_gaps
-    assert finish_gaps
-    assert set(finish_gaps) == {2}, finish_gaps
+    assert gaps
+    assert set(gaps) == {2}, gaps
     assert victims >= 1
+    assert discarded == 32, discarded  # (the `async_stop_*` records' finishers that stop early, but one)
 
 
 @pytest.mark.parametrize("backend", ["rust", "reference"])
 def test_a_finisher_scheduled_a_discarded_token_frees_its_blocks_at_that_batchs_output(backend):
     """Worked by hand from vLLM's `defer_block_free` (DESIGN.md §Engine, "Asynchronous scheduling", *With a
-    CPU tier*), no recording: ticks of 1 ms, one seat, a pool of 3 blocks. A (prompt 4, 2 tokens of max
+    CPU tier*; the `async_stop_*` recordings hold it too): ticks of 1 ms, one seat, a pool of 3 blocks. A (prompt 4, 2 tokens of max
     10) computes its prompt at 0 and its 2nd token at 1; the batch at 2 schedules its discarded token (vLLM
     cannot know it is done) and then A's output arrives: A leaves its seat, but that batch still computes
     it, so its 2 blocks are freed at that batch's output, after the schedule at 3, which is empty (B, 4

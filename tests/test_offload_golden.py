@@ -58,14 +58,16 @@ def config_of(sc: dict, count: str = "per-offer") -> kvsim.SimConfig:
 
 def workload_of(sc: dict) -> Workload:
     offsets, ids, lens = [0], [], []
-    for _, segments, _ in sc["requests"]:
-        for content, n in segments:
+    for r in sc["requests"]:
+        for content, n in r[1]:
             ids.append(content)
             lens.append(n)
         offsets.append(len(ids))
+    # (arrival, segments, max_tokens[, stop_at]): a request with `stop_at` stops early, at that output token
     return Workload(
         arrival=[ms * 1e-3 for ms in sc["arrivals"]],
-        output_len=[m for _, _, m in sc["requests"]],
+        output_len=[r[3] if len(r) > 3 else r[2] for r in sc["requests"]],
+        max_tokens=[r[2] for r in sc["requests"]],
         seg_offsets=offsets,
         segment_id=ids,
         segment_len=lens,

@@ -4,7 +4,9 @@ block on both engines.
 
 `scripts/vllm_offload_hybrid_golden.py`'s `record_async` drove vLLM 0.33.0's own `AsyncScheduler` with its
 `OffloadingConnector` over several KV-cache groups (on CPU) under the engine core's batch queue of two,
-transfers of zero duration, through 22 of the hybrid offload scenarios
+transfers of zero duration, through 22 of the hybrid offload scenarios and ten whose requests stop early
+(`async_stop_*`: a stop token below their `max_tokens`, which vLLM cannot foresee, so it schedules each a
+discarded token; a window or a Mamba state beside full attention)
 (`tests/data/vllm_offload_hybrid_async/async_*.json`: sliding windows, local chunks and Mamba states
 beside full attention; per batch that computed tokens, its start `t`, the tokens scheduled, every table in
 every group after its schedule, the loads and stores issued since the batch before that computed, with
@@ -12,7 +14,7 @@ their keys, the chunks in the tier; and per batch launched, empty ones too, what
 stored, preempted and named finished). Both of kvsim's engines replay the same requests with
 `async_scheduling=True` and must make the same decisions with the same block ids.
 
-`tests/data/vllm_offload_hybrid_async_034` holds the same scenarios recorded by vLLM 0.34.0 (six of them
+`tests/data/vllm_offload_hybrid_async_034` holds the same scenarios recorded by vLLM 0.34.0 (nine of them
 differ from 0.33.0's); kvsim replays each release's files with its CPU-tier rules
 (`tests/test_offload_hybrid_golden.py`'s `RELEASE_RULES`).
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import kvsim
-from tests.test_offload_async_golden import assert_batches
+from tests.test_offload_async_golden import assert_batches, finish_gaps
 from tests.test_offload_golden import workload_of
 from tests.test_offload_hybrid_golden import RELEASE_RULES, snapshots
 from tests.test_offload_hybrid_golden import config_of as hybrid_config_of
@@ -62,7 +64,9 @@ def test_every_async_recording_is_here():
     assert len(SCENARIOS) >= 22, SCENARIOS
     assert sorted(p.stem for p in DATA_034.glob("*.json")) == SCENARIOS
     assert {load(n, "vllm_offload_hybrid_async_034")["vllm"] for n in SCENARIOS} == {"0.34.0"}
-    assert len(differ()) == 6, differ()
+    # six of the first 22; three of the ten whose requests stop early (`async_stop_*`)
+    assert len(differ()) == 9, differ()
+    assert sum(n.startswith("async_stop_") for n in differ()) == 3, differ()
     records = [load(n) for n in SCENARIOS]
     assert all(r["async_scheduling"] and r["name"] == n for r, n in zip(records, SCENARIOS, strict=True))
     assert {r["vllm"] for r in records} == {"0.33.0"}
@@ -85,17 +89,27 @@ def by_batch(res: kvsim.SimResult, steps: int, groups: int) -> list[dict]:
     the steps that computed tokens before a row). A finisher's frees at the output after the next schedule
     carry that schedule's step; they are told from those of an output that arrived before it by the
     finisher's `schedule` row (count 0: left out) that the step's schedule wrote while it still held its
-    seat: those frees come after the step's snapshot."""
+    seat: those frees come after the step's snapshot. So do the windows' frees of a finisher whose
+    discarded token the step computes (it stopped early; its `schedule` row counts one token) at that
+    output (`_connector_finished`): its `window` rows after that `schedule` row (its growth frees before
+    it)."""
     assert res.events is not None
     rows = list(res.events.iter_rows(named=True))
     left_out: dict[str, int] = {}
+    finished: dict[str, int] = {}
+    discarded: dict[str, int] = {}
     at: list[float] = []
     for e in rows:
-        r = str(e["request_id"])
-        if e["kind"] == "schedule" and e["count"] == 0:
-            left_out[r] = e["step"]
-        late = e["kind"] in ("free", "window") and left_out.get(r) == e["step"]
-        at.append(e["step"] + 0.5 if late else e["step"])
+        r, step = str(e["request_id"]), e["step"]
+        if e["kind"] == "finish":
+            finished[r] = step
+        elif e["kind"] == "schedule" and e["count"] == 0:
+            left_out[r] = step
+        elif e["kind"] == "schedule" and e["count"] == 1 and finished.get(r) == step:
+            discarded[r] = step
+        late = e["kind"] in ("free", "window") and left_out.get(r) == step
+        late |= e["kind"] == "window" and discarded.get(r) == step
+        at.append(step + 0.5 if late else step)
     return snapshots(rows, at, steps, groups)
 
 
@@ -126,7 +140,7 @@ def replay(sc: dict, backend: str, rules: dict | None = None) -> None:
 
 
 def test_0_34_0s_junction_rule_is_needed_where_its_files_differ():
-    """The six files 0.34.0 records otherwise depart under 0.33.0's rules and replay with its junction rule
+    """The nine files 0.34.0 records otherwise depart under 0.33.0's rules and replay with its junction rule
     alone (none has a store threshold): the knob, not the replay, makes the difference."""
     junction_only = {**RELEASE_RULES["0.33.0"], "kv_offloading_hit_junction": True}
     for n in differ():
@@ -143,31 +157,34 @@ def test_the_records_follow_the_written_rule():
     load's completion reaches the scheduler after the next batch was scheduled, so its request runs two
     batches after the load at the earliest (synchronously: one; most here at two, the others waiting for
     room or budget); a finisher reaches the connector (`finished_req_ids`) two
-    batches after its last (synchronously: one); a preempted request was never scheduled in the batch
-    before, which is in flight (`defer_block_free`)."""
-    load_gaps, finish_gaps, victims = [], [], 0
+    batches after its last (synchronously: one), a request that stops early (`async_stop_*`) after the one
+    that sampled its stop token, the batch between scheduling its discarded token; a preempted request was
+    never scheduled in the batch before, which is in flight (`defer_block_free`)."""
+    load_gaps, gaps, victims, discarded = [], [], 0, 0
     for where, name in RECORDED:
         batches = load(name, where)["batches"]
         sched = [set(b["scheduled"]) for b in batches]
         for k, b in enumerate(batches):
             for r, _ in b["loads"]:
                 load_gaps.append(next(m for m in range(k, len(batches)) if r in sched[m]) - k)
-            for r in b["finished"]:
-                finish_gaps.append(k - max(m for m in range(k) if r in sched[m]))
             for r in b["preempted"]:
                 assert r not in sched[k - 1], (name, k, r)
                 victims += 1
+        g, d = finish_gaps(load(name, where))
+        gaps += g
+        discarded += d
     assert min(load_gaps) == 2, load_gaps
     assert load_gaps.count(2) * 2 > len(load_gaps), load_gaps
-    assert finish_gaps
-    assert set(finish_gaps) == {2}, finish_gaps
+    assert gaps
+    assert set(gaps) == {2}, gaps
     assert victims >= 1
+    assert discarded == 2 * 33, discarded  # (each release's `async_stop_*` records, the same finishers)
 
 
 @pytest.mark.parametrize("backend", ["rust", "reference"])
 def test_a_finishers_windows_free_on_its_tokens_but_the_discarded_one(backend):
     """Worked by hand from vLLM 0.33.0's `_connector_finished` (DESIGN.md §Engine, "Asynchronous scheduling",
-    *With a CPU tier*, "A hybrid model's groups", (1)), no recording (none schedules a discarded token): a
+    *With a CPU tier*, "A hybrid model's groups", (1)); the `async_stop_*` recordings hold it too: a
     sliding window of 3 tokens beside full attention, blocks of one token, a tier. A (prompt 6, 3 tokens of
     max 10) samples its third token in the step at 2 ms; the batch at 3 ms schedules its discarded token
     (position 8), then A's output arrives: its windows free what they left behind on `num_computed_tokens

@@ -129,6 +129,13 @@ class KVCacheManager:
                 range (`num_new_tokens` in `[1, 2**64)`), bad segments, or more tokens than the segments
                 hold. Every argument is checked before anything changes.
         """
+        return self._allocate(request_id, segments, num_new_tokens, True)
+
+    def _allocate(
+        self, request_id: int, segments: Sequence[Segment], num_new_tokens: int, keyed: bool
+    ) -> list[int] | None:
+        """`allocate`; `keyed` False (engine use: a discarded token, DESIGN.md §Engine, "Asynchronous
+        scheduling") registers no key for the blocks the new tokens fill."""
         request_id = request_id_arg(request_id)
         segments, total = checked_segments(segments)
         num_new_tokens = u64_arg("num_new_tokens", num_new_tokens, 1)
@@ -164,7 +171,8 @@ class KVCacheManager:
             else:
                 req.blocks.extend(new)
         req.num_computed_tokens = computed + num_new_tokens
-        self._register_full_blocks(req, segments)
+        if keyed:
+            self._register_full_blocks(req, segments)
         return new
 
     def _restore(self, request_id: int, segments: Sequence[Segment], num_tokens: int) -> list[int]:

@@ -661,15 +661,23 @@ class HybridKVCacheManager:
                     mask[j - start] = True
         return mask
 
-    def free(self, request_id: int) -> list[tuple[int, int]]:
+    def free(self, request_id: int, at_once: bool = False) -> list[tuple[int, int]]:
         """Frees the request's tables group by group, each in reverse without its leading null blocks;
-        returns (block, group) in that order. Unknown ids are a no-op."""
+        returns (block, group) in that order. Unknown ids are a no-op. `at_once`: as vLLM's deferred free
+        (`defer_block_free`: `pop_blocks_for_free`, every group's table in group order, then one
+        `free_blocks` of them reversed in `_drain_deferred_frees`), one release of all groups, the last
+        group's last block first (the Rust `free_at_once`)."""
         req = self._requests.pop(request_id, None)
         out: list[tuple[int, int]] = []
         if req is None:
             return out
         if self.boundary_states:  # its hand-offs not offered yet are dropped (vLLM's `pop_blocks_for_free`)
             self.boundary_states = [e for e in self.boundary_states if e[0] != request_id]
+        if at_once:
+            out = [(b, g) for g, table in enumerate(req.tables) for b in table.blocks if b != NULL]
+            out.reverse()
+            self.pool._release([b for b, _ in out])
+            return out
         for g, table in enumerate(req.tables):
             blocks = [b for b in table.blocks if b != NULL]
             blocks.reverse()

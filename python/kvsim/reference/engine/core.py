@@ -287,14 +287,17 @@ class Engine(Admission, Running, Preemption, Memory, Hybrid, Offload, Timing, Ev
         if self.tier_flight and not self.finished_last:
             self.tier_output()
             return True
+        if self.finished_last and self.cfg.async_scheduling:
+            # (before the wait below: vLLM schedules the batch naming them while the batch in flight, of
+            # discarded tokens only, runs, and takes that batch's output, its deferred frees, before the
+            # schedule after)
+            self.step()
+            return True
         if self.async_prev >= 0:
             self.async_prev = -1
             return True
         if self.finished_last:
-            if self.cfg.async_scheduling:
-                self.step()
-            else:
-                self.tier_empty_step()
+            self.tier_empty_step()
             return True
         return False
 

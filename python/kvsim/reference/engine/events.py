@@ -48,12 +48,13 @@ class EventLog(State):
 
     def log_schedule(self, scheduled: list[tuple[Seq, int]]) -> None:
         """A `schedule` row for every sequence of the step's batch that does not compute exactly one
-        token (its count), then one (count 0) for each running sequence the step left out; a running
-        sequence without a row computed one token (DESIGN.md §Event log)."""
+        token or computes a discarded one (`done`: its count), then one (count 0) for each running
+        sequence the step left out; a running sequence without a row computed one token (DESIGN.md
+        §Event log)."""
         if self.events is None:
             return
         for s, n in scheduled:
-            if n != 1:
+            if n != 1 or s.done:
                 self.log("schedule", s, -1, n)
         if len(self.running) > len(scheduled):
             # In running order; a Mamba chunk that reaches no block boundary leaves one out mid-list.

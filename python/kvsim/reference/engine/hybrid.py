@@ -165,8 +165,8 @@ class Hybrid(State):
         for b, g in self.hkv.remove_skipped(s.idx, done):
             self.log("window", s, b, g)
 
-    def hybrid_release(self, s: Seq) -> None:
-        for b, g in self.hkv.free(s.idx):
+    def hybrid_release(self, s: Seq, at_once: bool = False) -> None:
+        for b, g in self.hkv.free(s.idx, at_once):
             self.log("free", s, b, g)
 
     def log_group_allocations(self, s: Seq, new: list[tuple[int, int]]) -> None:

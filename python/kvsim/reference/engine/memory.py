@@ -28,6 +28,15 @@ class Memory(State):
             self.space.free(*s.region)
             s.region = None
 
+    def release_deferred(self, s: Seq) -> None:
+        """`release` of a finisher whose free waited for the batch computing its discarded token
+        (`defer_block_free`, `offload_async.py`): a hybrid pool's groups are freed in one release, as vLLM's
+        `_drain_deferred_frees` does (`HybridKVCacheManager.free`'s `at_once`)."""
+        if self.hybrid:
+            self.hybrid_release(s, at_once=True)
+        else:
+            self.release(s)
+
     def idle_table_blocks(self) -> int:
         """Blocks in the tables of requests that hold them outside the running list (DESIGN.md §Metrics,
         `blocks_saved_by_sharing`): a prefill replica's finished requests until their transfer ends

@@ -107,7 +107,7 @@ class TierAsync(State):
         self.async_prev = -1
         changed = bool(self.retiring or self.deferred)
         for s in self.deferred:
-            self.release(s)
+            self.release_deferred(s)
         self.deferred = []
         if self.flight_sampled:
             self.settle_keys()

@@ -108,7 +108,9 @@ class Running(State):
         before = self.kv.num_free_blocks
         copies = self.kv.num_cow_copies
         # Under `reserve` a sequence only ever grows into blocks it was promised at admission.
-        new = self.kv.allocate(s.idx, s.segments(), num_new)
+        # A discarded token (async_scheduling: `done`, stopped early in the step in flight) keys nothing:
+        # vLLM keys up to the tokens that have arrived and frees the request before its stop token arrives.
+        new = self.kv._allocate(s.idx, s.segments(), num_new, not s.done)
         if new is None:
             return False
         if self.connector:

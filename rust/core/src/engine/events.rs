@@ -76,7 +76,8 @@ impl Engine<'_> {
     pub(super) fn log_schedule(&mut self, implicit: usize) {
         for i in 0..self.scheduled.len() {
             let (k, n) = self.scheduled[i];
-            if n != 1 {
+            // (a discarded token, `done`: one token, listed, DESIGN.md §Event log)
+            if n != 1 || self.slab[k].done {
                 let row = self.slab[k].row;
                 self.log_count(event::SCHEDULE, row, -1, n as i64);
             }

@@ -433,7 +433,7 @@ impl Engine<'_> {
     }
 
     /// Frees sequence `k`'s tables (finish or recompute preemption).
-    pub(super) fn hybrid_release(&mut self, k: usize) {
+    pub(super) fn hybrid_release(&mut self, k: usize, at_once: bool) {
         let groups = self.cfg.groups.as_ref().expect("a hybrid pool");
         let Memory::Paged(pool) = &mut self.mem else {
             unreachable!("hybrid pools are paged")
@@ -443,7 +443,11 @@ impl Engine<'_> {
             return;
         };
         self.group_new.clear();
-        groups.free(pool, &mut hs.tables, &mut self.group_new);
+        if at_once {
+            groups.free_at_once(pool, &mut hs.tables, &mut self.group_new);
+        } else {
+            groups.free(pool, &mut hs.tables, &mut self.group_new);
+        }
         hs.landed.clear();
         self.step_keys.drop_owner(k); // (its states not offered yet: vLLM's `pop_blocks_for_free`)
         let row = s.row;

@@ -78,7 +78,7 @@ pub(super) struct Aggregates {
 impl Engine<'_> {
     pub(super) fn release(&mut self, k: usize) {
         if self.cfg.groups.is_some() {
-            self.hybrid_release(k);
+            self.hybrid_release(k, false);
             return;
         }
         if self.log.is_some() {
@@ -99,6 +99,17 @@ impl Engine<'_> {
                 let (start, size) = s.region.take().expect("a running sequence holds a region");
                 space.free(start, size);
             }
+        }
+    }
+
+    /// `release` of a finisher whose free waited for the batch computing its discarded token
+    /// (`defer_block_free`, `offload/async_tier.rs`): a hybrid pool's groups are freed in one release, as
+    /// vLLM's `_drain_deferred_frees` does (`Groups::free_at_once`).
+    pub(super) fn release_deferred(&mut self, k: usize) {
+        if self.cfg.groups.is_some() {
+            self.hybrid_release(k, true);
+        } else {
+            self.release(k);
         }
     }
 

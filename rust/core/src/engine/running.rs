@@ -27,8 +27,14 @@ impl Engine<'_> {
         };
         let phantom = self.defer_keys.then_some(s.private_from);
         s.sync_output();
-        s.table
-            .register_full_blocks_cached(pool, bs, &s.segs, &s.tier_keys, phantom);
+        // A discarded token (`async_scheduling`: a request that stopped early in the step in flight, `done`)
+        // keys nothing: vLLM keys up to the tokens that have arrived, the stop token not yet, and the
+        // request is freed before it arrives, so the block that token fills goes back unkeyed
+        // (DESIGN.md §Engine, "Asynchronous scheduling"; every block before it was keyed already).
+        if !s.done {
+            s.table
+                .register_full_blocks_cached(pool, bs, &s.segs, &s.tier_keys, phantom);
+        }
         let row = s.row;
         if let Some(tier) = &mut self.tier
             && (!self.lockstep || (self.tier_hot.pending && tier.may_fence()))
@@ -479,16 +485,20 @@ impl Engine<'_> {
             self.tier_output();
             return true;
         }
+        let finished_last = self.tier.as_ref().is_some_and(|t| t.has_finished_last());
+        if finished_last && self.cfg.async_scheduling {
+            // (before the wait below: vLLM schedules the batch naming them while the batch in flight, of
+            // discarded tokens only, runs, and takes that batch's output, its deferred frees, before the
+            // schedule after)
+            self.full_step();
+            return true;
+        }
         if self.async_prev >= 0 {
             self.async_prev = -1;
             return true;
         }
-        if self.tier.as_ref().is_some_and(|t| t.has_finished_last()) {
-            if self.cfg.async_scheduling {
-                self.full_step();
-            } else {
-                self.tier_empty_step();
-            }
+        if finished_last {
+            self.tier_empty_step();
             return true;
         }
         false

@@ -383,6 +383,34 @@ impl Groups {
         req.tables.clear();
     }
 
+    /// `free` as vLLM's deferred free of a request's blocks (`defer_block_free`: the coordinator's
+    /// `pop_blocks_for_free`, every group's table in group order without its leading null blocks, then one
+    /// `free_blocks` of them reversed in `_drain_deferred_frees`): one release of all groups, the last
+    /// group's last block first, so the blocks without a key go to the queue's head and the keyed ones to
+    /// its tail in that one order (`free` releases group by group, the first group first).
+    pub fn free_at_once(
+        &self,
+        pool: &mut BlockPool,
+        req: &mut HybridTables,
+        freed: &mut Vec<(BlockId, usize)>,
+    ) {
+        let start = freed.len();
+        for (g, table) in req.tables.iter_mut().enumerate().rev() {
+            freed.extend(
+                table
+                    .blocks
+                    .iter()
+                    .rev()
+                    .filter(|&&b| b != BlockId::NULL)
+                    .map(|&b| (b, g)),
+            );
+            table.blocks.clear();
+            table.num_cached = 0;
+        }
+        pool.release(freed[start..].iter().map(|&(b, _)| b));
+        req.tables.clear();
+    }
+
     /// The most blocks of all groups a request of `last` tokens with a slot holds (full attention every
     /// token's, a window at most its cap, local chunks too (one block more where a chunk is no multiple of
     /// the block), a state its one block): rejection at arrival.

@@ -671,3 +671,80 @@ fn shared_chains_are_each_pools_own() {
     let fresh = a.keys(&mut KeyCache::default(), &other, 0, 9).to_vec();
     assert_eq!(a.keys(shared.for_groups(&a), &other, 0, 9), fresh);
 }
+
+/// vLLM's deferred free (`_drain_deferred_frees` over `pop_blocks_for_free`): every group's blocks in
+/// one release, the last group's last block first, so the keyed blocks reach the free queue's tail in
+/// that one order (the full group's before the window's), where `free` releases the window group first.
+/// (The window group keys only its block 3 here.)
+#[test]
+fn a_deferred_free_releases_every_group_at_once() {
+    let groups = sw_full(5);
+    let s = segs(7, 14);
+    let mut tails = Vec::new();
+    for at_once in [false, true] {
+        let mut pool = BlockPool::new(20, true, FreeOrder::LifoUnhashed).unwrap();
+        let (mut cache, mut req, mut hit, mut new) = (
+            KeyCache::default(),
+            HybridTables::default(),
+            Lookup::default(),
+            Vec::new(),
+        );
+        groups.lookup(&pool, &s, &mut cache, 13, &mut hit);
+        groups.admit(
+            &mut pool,
+            &mut req,
+            &mut cache,
+            &s,
+            &hit,
+            14,
+            14,
+            14,
+            false,
+            &mut StepKeys::default(),
+            &mut new,
+        );
+        let mut freed = Vec::new();
+        if at_once {
+            groups.free_at_once(&mut pool, &mut req, &mut freed);
+        } else {
+            groups.free(&mut pool, &mut req, &mut freed);
+        }
+        let order = freed.iter().map(|&(b, g)| (b.0, g)).collect::<Vec<_>>();
+        let expected = if at_once {
+            vec![
+                (8, 1),
+                (7, 1),
+                (6, 1),
+                (5, 1),
+                (4, 0),
+                (3, 0),
+                (2, 0),
+                (1, 0),
+            ]
+        } else {
+            vec![
+                (4, 0),
+                (3, 0),
+                (2, 0),
+                (1, 0),
+                (8, 1),
+                (7, 1),
+                (6, 1),
+                (5, 1),
+            ]
+        };
+        assert_eq!(order, expected);
+        let queue = pool.free_block_ids();
+        // the unkeyed blocks (the partial last ones, the window's first two) to the head, the first
+        // released first, in either order the same; the keyed ones to the tail, in the release's order
+        assert_eq!(queue[..4], [BlockId(8), BlockId(4), BlockId(2), BlockId(1)]);
+        tails.push(
+            queue[queue.len() - 4..]
+                .iter()
+                .map(|b| b.0)
+                .collect::<Vec<_>>(),
+        );
+        pool.check_invariants().unwrap();
+    }
+    assert_eq!(tails, vec![vec![3, 7, 6, 5], vec![7, 6, 5, 3]]);
+}

@@ -138,7 +138,7 @@ impl Engine<'_> {
         self.async_prev = -1;
         let mut changed = !self.async_done.is_empty() || !deferred.is_empty();
         for &k in &deferred {
-            self.release(k);
+            self.release_deferred(k);
             self.remove(k);
         }
         if !self.flight_sampled.is_empty() {
