@@ -368,17 +368,8 @@ impl Groups {
     ) {
         for (g, table) in req.tables.iter_mut().enumerate() {
             let start = freed.len();
-            freed.extend(
-                table
-                    .blocks
-                    .iter()
-                    .rev()
-                    .filter(|&&b| b != BlockId::NULL)
-                    .map(|&b| (b, g)),
-            );
+            take_table(table, g, freed);
             pool.release(freed[start..].iter().map(|&(b, _)| b));
-            table.blocks.clear();
-            table.num_cached = 0;
         }
         req.tables.clear();
     }
@@ -396,16 +387,7 @@ impl Groups {
     ) {
         let start = freed.len();
         for (g, table) in req.tables.iter_mut().enumerate().rev() {
-            freed.extend(
-                table
-                    .blocks
-                    .iter()
-                    .rev()
-                    .filter(|&&b| b != BlockId::NULL)
-                    .map(|&b| (b, g)),
-            );
-            table.blocks.clear();
-            table.num_cached = 0;
+            take_table(table, g, freed);
         }
         pool.release(freed[start..].iter().map(|&(b, _)| b));
         req.tables.clear();
@@ -428,4 +410,20 @@ impl Groups {
             })
             .sum()
     }
+}
+
+/// Group `g`'s table taken for a free: its blocks pushed into `freed` as (block, group), last first,
+/// without its null blocks, and the table emptied (`Groups::free` releases each group's at once,
+/// `Groups::free_at_once` all groups' together).
+fn take_table(table: &mut GroupTable, g: usize, freed: &mut Vec<(BlockId, usize)>) {
+    freed.extend(
+        table
+            .blocks
+            .iter()
+            .rev()
+            .filter(|&&b| b != BlockId::NULL)
+            .map(|&b| (b, g)),
+    );
+    table.blocks.clear();
+    table.num_cached = 0;
 }
